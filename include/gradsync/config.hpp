@@ -1,0 +1,21 @@
+// Compile-time configuration shared by every gradsync header.
+#pragma once
+
+#define GRADSYNC_VERSION_MAJOR 0
+#define GRADSYNC_VERSION_MINOR 1
+#define GRADSYNC_VERSION_PATCH 0
+
+// Marks the elementwise functors that run both in host loops and in CUDA kernels.
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define GRADSYNC_HOST_DEVICE __host__ __device__
+#define GRADSYNC_DEVICE_COMPILE 1
+#else
+#define GRADSYNC_HOST_DEVICE
+#define GRADSYNC_DEVICE_COMPILE 0
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define GRADSYNC_RESTRICT __restrict__
+#else
+#define GRADSYNC_RESTRICT
+#endif

@@ -1,0 +1,122 @@
+// Cross-rank consistency: before data moves, every rank learns every other rank's
+// (sequence number, count, element type, op, algorithm) through a Bruck allgather of
+// 48-byte headers (ceil(log2 n) rounds). Every rank sees the same table, so on a
+// mismatch every rank throws the same errc::mismatch naming the ranks and values.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/core/op.hpp"
+#include "gradsync/transport/concept.hpp"
+
+namespace gradsync {
+
+/// What each rank states about a collective call before it starts.
+struct call_header {
+  static constexpr std::uint32_t magic_value = 0x67735348;  // "gsSH"
+  std::uint32_t magic = magic_value;
+  std::uint8_t type = 0;  // dtype
+  std::uint8_t op = 0;    // reduce_op
+  std::uint16_t reserved = 0;
+  std::uint64_t seq = 0;
+  std::uint64_t count = 0;
+  std::array<char, 24> algo{};  // algorithm name, NUL-padded
+
+  static call_header make(std::uint64_t seq, std::size_t count, dtype t, reduce_op o,
+                          std::string_view algo_name) {
+    call_header h;
+    h.seq = seq;
+    h.count = count;
+    h.type = static_cast<std::uint8_t>(t);
+    h.op = static_cast<std::uint8_t>(o);
+    std::memcpy(h.algo.data(), algo_name.data(), std::min(algo_name.size(), h.algo.size() - 1));
+    return h;
+  }
+  std::string algo_name() const { return std::string(algo.data(), strnlen(algo.data(), algo.size())); }
+};
+static_assert(sizeof(call_header) == 48);
+
+/// The tag an algorithm's messages carry in call `seq` (15 bits: MPI guarantees 32767).
+inline constexpr std::uint32_t data_tag(std::uint64_t seq) {
+  return static_cast<std::uint32_t>(seq & 0x3fff);
+}
+/// The tag of the consistency exchange of call `seq`; never equal to a data tag.
+inline constexpr std::uint32_t consistency_tag(std::uint64_t seq) {
+  return 0x4000u | static_cast<std::uint32_t>(seq & 0x3fff);
+}
+
+namespace detail {
+inline std::string describe(const call_header& h) {
+  return "seq=" + std::to_string(h.seq) + " count=" + std::to_string(h.count) +
+         " type=" + std::string(dtype_name(static_cast<dtype>(h.type))) +
+         " op=" + std::string(op_name(static_cast<reduce_op>(h.op))) + " algo=" + h.algo_name();
+}
+
+// Names the first field that differs between a and b, e.g. "count 1000 vs 999".
+inline std::string first_difference(const call_header& a, const call_header& b) {
+  if (a.magic != b.magic) return "header magic (a rank is running a different protocol)";
+  if (a.seq != b.seq)
+    return "sequence number " + std::to_string(a.seq) + " vs " + std::to_string(b.seq) +
+           " (ranks have made a different number of calls)";
+  if (a.count != b.count)
+    return "count " + std::to_string(a.count) + " vs " + std::to_string(b.count);
+  if (a.type != b.type)
+    return std::string("element type ") + std::string(dtype_name(static_cast<dtype>(a.type))) +
+           " vs " + std::string(dtype_name(static_cast<dtype>(b.type)));
+  if (a.op != b.op)
+    return std::string("op ") + std::string(op_name(static_cast<reduce_op>(a.op))) + " vs " +
+           std::string(op_name(static_cast<reduce_op>(b.op)));
+  if (a.algo != b.algo) return "algorithm " + a.algo_name() + " vs " + b.algo_name();
+  return {};
+}
+}  // namespace detail
+
+/// Exchanges `mine` with every rank and throws errc::mismatch (on every rank) if any
+/// rank's header differs from rank 0's. `table` is reused scratch of n headers.
+template <transport_policy T>
+void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& table) {
+  const std::size_t n = t.size(), r = t.rank();
+  table.resize(n);
+  table[0] = mine;  // table[i] holds rank (r + i) % n
+  std::size_t have = 1;
+  for (std::size_t dist = 1; dist < n; dist *= 2) {
+    const std::size_t cnt = std::min(dist, n - dist);
+    const std::size_t to = (r + n - dist) % n, from = (r + dist) % n;
+    auto rq = t.irecv(from, &table[have], cnt * sizeof(call_header), consistency_tag(mine.seq));
+    auto sq = t.isend(to, &table[0], cnt * sizeof(call_header), consistency_tag(mine.seq));
+    t.wait(rq, d);
+    t.wait(sq, d);
+    have += cnt;
+  }
+  // Compare everyone against rank 0 (at table index (n - r) % n).
+  const call_header& ref = table[(n - r) % n];
+  std::string diffs;
+  std::size_t ndiff = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t rank_i = (r + i) % n;
+    const std::string what = detail::first_difference(ref, table[i]);
+    if (!what.empty()) {
+      if (ndiff++ < 8) {
+        diffs += "\n  rank " + std::to_string(rank_i) + " differs from rank 0 in " + what +
+                 " [rank 0: " + detail::describe(ref) + "; rank " + std::to_string(rank_i) +
+                 ": " + detail::describe(table[i]) + "]";
+      }
+    }
+  }
+  if (ndiff) {
+    throw error(errc::mismatch, {r, error_site::npos, mine.seq},
+                "ranks called allreduce with different arguments (" + std::to_string(ndiff) +
+                    " rank(s) differ from rank 0):" + diffs);
+  }
+}
+
+}  // namespace gradsync

@@ -1,0 +1,50 @@
+// Deadlines: every wait in gradsync has one. The default is 300 s, overridden by the
+// GRADSYNC_TIMEOUT environment variable (seconds) or per call.
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "gradsync/core/error.hpp"
+
+namespace gradsync {
+
+using clock = std::chrono::steady_clock;
+using seconds_d = std::chrono::duration<double>;
+
+/// Reads GRADSYNC_TIMEOUT (seconds, > 0); falls back to 300 s.
+inline seconds_d default_timeout() {
+  if (const char* s = std::getenv("GRADSYNC_TIMEOUT"); s && *s) {
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end != s && *end == '\0' && v > 0) return seconds_d{v};
+    throw error(errc::invalid_argument, {},
+                std::string("GRADSYNC_TIMEOUT must be a positive number of seconds, got '") + s +
+                    "'");
+  }
+  return seconds_d{300.0};
+}
+
+/// A point in time after which a wait gives up with errc::timeout.
+struct deadline {
+  clock::time_point at;
+
+  static deadline after(seconds_d d) {
+    return {clock::now() + std::chrono::duration_cast<clock::duration>(d)};
+  }
+  bool expired() const { return clock::now() >= at; }
+  double seconds_left() const { return seconds_d(at - clock::now()).count(); }
+};
+
+/// Per-call options shared by every allreduce entry point.
+struct call_options {
+  seconds_d timeout{-1.0};   ///< how long any wait may take; < 0 means default_timeout()
+  bool check = true;         ///< agree on (seq, count, type, op, algorithm) before data moves
+
+  deadline make_deadline() const {
+    return deadline::after(timeout.count() < 0 ? default_timeout() : timeout);
+  }
+};
+
+}  // namespace gradsync

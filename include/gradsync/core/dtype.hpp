@@ -1,0 +1,88 @@
+// The element types gradsync reduces, and their run-time tags (for cross-rank checks).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+#include "gradsync/core/half.hpp"
+
+namespace gradsync {
+
+/// Run-time tag of an element type; travels in the cross-rank consistency header.
+enum class dtype : std::uint8_t { f32 = 1, f64, f16, bf16, i32, i64 };
+
+inline constexpr std::string_view dtype_name(dtype d) {
+  switch (d) {
+    case dtype::f32: return "float32";
+    case dtype::f64: return "float64";
+    case dtype::f16: return "float16";
+    case dtype::bf16: return "bfloat16";
+    case dtype::i32: return "int32";
+    case dtype::i64: return "int64";
+  }
+  return "unknown";
+}
+
+inline constexpr std::size_t dtype_size(dtype d) {
+  switch (d) {
+    case dtype::f32: return 4;
+    case dtype::f64: return 8;
+    case dtype::f16: return 2;
+    case dtype::bf16: return 2;
+    case dtype::i32: return 4;
+    case dtype::i64: return 8;
+  }
+  return 0;
+}
+
+template <class T>
+struct dtype_of;  // no definition: T is not an element type
+template <> struct dtype_of<float> : std::integral_constant<dtype, dtype::f32> {};
+template <> struct dtype_of<double> : std::integral_constant<dtype, dtype::f64> {};
+template <> struct dtype_of<half> : std::integral_constant<dtype, dtype::f16> {};
+template <> struct dtype_of<bfloat16> : std::integral_constant<dtype, dtype::bf16> {};
+template <> struct dtype_of<std::int32_t> : std::integral_constant<dtype, dtype::i32> {};
+template <> struct dtype_of<std::int64_t> : std::integral_constant<dtype, dtype::i64> {};
+
+/// True for the six element types gradsync reduces.
+template <class T>
+inline constexpr bool is_element_type_v = requires { dtype_of<std::remove_cv_t<T>>::value; };
+
+/// An element type: float, double, half, bfloat16, int32_t or int64_t.
+template <class T>
+concept element_type = is_element_type_v<T>;
+
+/// Floating-point element types (the ones `op::avg` accepts).
+template <class T>
+inline constexpr bool is_floating_element_v =
+    std::is_floating_point_v<T> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
+
+/// Checks an element type and explains how to fix it; called by every entry point.
+template <class T>
+constexpr void check_element_type() {
+  static_assert(std::is_trivially_copyable_v<T>,
+                "gradsync: the element type is not trivially copyable, so its bytes cannot be "
+                "sent between ranks; use float, double, gradsync::half, gradsync::bfloat16, "
+                "int32_t or int64_t");
+  static_assert(!std::is_trivially_copyable_v<T> || is_element_type_v<T>,
+                "gradsync: unsupported element type; use float, double, gradsync::half, "
+                "gradsync::bfloat16, int32_t or int64_t");
+}
+
+/// Calls f(T{}) with the C++ type matching a run-time dtype (for benches and tools).
+template <class F>
+decltype(auto) visit_dtype(dtype d, F&& f) {
+  switch (d) {
+    case dtype::f64: return f(double{});
+    case dtype::f16: return f(half{});
+    case dtype::bf16: return f(bfloat16{});
+    case dtype::i32: return f(std::int32_t{});
+    case dtype::i64: return f(std::int64_t{});
+    case dtype::f32: break;
+  }
+  return f(float{});
+}
+
+}  // namespace gradsync

@@ -1,0 +1,66 @@
+// The one exception family gradsync throws. Every message names the rank, the peer
+// (when there is one), the operation's sequence number and what went wrong.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace gradsync {
+
+/// What kind of failure an error reports.
+enum class errc : std::uint8_t {
+  timeout = 1,       ///< a wait passed its deadline
+  peer_lost,         ///< a peer died or aborted the job
+  mismatch,          ///< ranks called with different count, type, op, algorithm or plan
+  invalid_argument,  ///< the caller passed something unusable (sizes, aliasing, ranks)
+  transport,         ///< the underlying library (MPI, NCCL, CUDA, OS) reported a failure
+};
+
+inline constexpr std::string_view errc_name(errc c) {
+  switch (c) {
+    case errc::timeout: return "timeout";
+    case errc::peer_lost: return "peer_lost";
+    case errc::mismatch: return "mismatch";
+    case errc::invalid_argument: return "invalid_argument";
+    case errc::transport: return "transport";
+  }
+  return "unknown";
+}
+
+/// Where an error happened; absent fields are left at npos.
+struct error_site {
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  std::size_t rank = npos;
+  std::size_t peer = npos;
+  std::uint64_t seq = ~std::uint64_t{0};
+};
+
+/// The gradsync exception; `code()` tells the kind, `what()` the whole story.
+class error : public std::runtime_error {
+ public:
+  error(errc code, const error_site& site, const std::string& detail)
+      : std::runtime_error(format(code, site, detail)), code_(code), site_(site) {}
+
+  errc code() const noexcept { return code_; }
+  const error_site& site() const noexcept { return site_; }
+
+ private:
+  static std::string format(errc code, const error_site& s, const std::string& detail) {
+    std::string m = "gradsync ";
+    m += errc_name(code);
+    if (s.rank != error_site::npos) m += " on rank " + std::to_string(s.rank);
+    if (s.peer != error_site::npos) m += " (peer " + std::to_string(s.peer) + ")";
+    if (s.seq != ~std::uint64_t{0}) m += " in op #" + std::to_string(s.seq);
+    m += ": ";
+    m += detail;
+    return m;
+  }
+
+  errc code_;
+  error_site site_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,44 @@
+// Logging to stderr with a rank prefix, filtered by GRADSYNC_LOG=warn|info|debug.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+namespace gradsync {
+
+enum class log_level : int { off = 0, warn = 1, info = 2, debug = 3 };
+
+/// The level chosen by GRADSYNC_LOG (read once per process; default warn).
+inline log_level current_log_level() {
+  static const log_level level = [] {
+    const char* s = std::getenv("GRADSYNC_LOG");
+    if (!s) return log_level::warn;
+    if (!std::strcmp(s, "debug")) return log_level::debug;
+    if (!std::strcmp(s, "info")) return log_level::info;
+    if (!std::strcmp(s, "off") || !std::strcmp(s, "none")) return log_level::off;
+    return log_level::warn;
+  }();
+  return level;
+}
+
+inline bool log_enabled(log_level l) {
+  return static_cast<int>(l) <= static_cast<int>(current_log_level());
+}
+
+/// printf-style log line: "[gradsync rank R] level: message".
+template <class... Args>
+void log(log_level l, std::size_t rank, const char* fmt, Args... args) {
+  if (!log_enabled(l)) return;
+  static constexpr const char* names[] = {"", "warn", "info", "debug"};
+  char buf[1024];
+  if constexpr (sizeof...(Args) == 0) {
+    std::snprintf(buf, sizeof buf, "%s", fmt);
+  } else {
+    std::snprintf(buf, sizeof buf, fmt, args...);
+  }
+  std::fprintf(stderr, "[gradsync rank %zu] %s: %s\n", rank, names[static_cast<int>(l)], buf);
+}
+
+}  // namespace gradsync

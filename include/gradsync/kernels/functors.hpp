@@ -1,0 +1,79 @@
+// Elementwise math shared by host loops and CUDA kernels. Each functor is
+// GRADSYNC_HOST_DEVICE so the CPU tests check the very arithmetic the GPU runs.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "gradsync/config.hpp"
+#include "gradsync/core/half.hpp"
+#include "gradsync/core/op.hpp"
+
+namespace gradsync::kernels {
+
+/// The type arithmetic happens in: float for the 16-bit types, T otherwise.
+template <class T>
+using compute_t = std::conditional_t<std::is_same_v<T, half> || std::is_same_v<T, bfloat16>,
+                                     float, T>;
+
+template <class T>
+GRADSYNC_HOST_DEVICE inline compute_t<T> load(T v) {
+  return static_cast<compute_t<T>>(v);
+}
+template <class T>
+GRADSYNC_HOST_DEVICE inline T store(compute_t<T> v) {
+  return static_cast<T>(v);
+}
+
+/// Combines two values of T under Op (avg combines as a sum; see finalize_fn).
+template <class T, class Op>
+struct combine_fn {
+  GRADSYNC_HOST_DEVICE T operator()(T a, T b) const {
+    const compute_t<T> x = load(a), y = load(b);
+    if constexpr (Op::id == reduce_op::prod) {
+      return store<T>(x * y);
+    } else if constexpr (Op::id == reduce_op::min) {
+      return store<T>(y < x ? y : x);
+    } else if constexpr (Op::id == reduce_op::max) {
+      return store<T>(x < y ? y : x);
+    } else {
+      return store<T>(x + y);
+    }
+  }
+};
+
+/// Turns a fully combined value into the op's result (divides by n for avg).
+template <class T, class Op>
+struct finalize_fn {
+  compute_t<T> n;
+  GRADSYNC_HOST_DEVICE T operator()(T a) const {
+    if constexpr (Op::id == reduce_op::avg) {
+      return store<T>(load(a) / n);
+    } else {
+      return a;
+    }
+  }
+};
+
+/// Scales a value by a factor (used by compression and by trainers).
+template <class T>
+struct scale_fn {
+  float factor;
+  GRADSYNC_HOST_DEVICE T operator()(T a) const {
+    return store<T>(static_cast<compute_t<T>>(load(a) * factor));
+  }
+};
+
+/// Converts between element types through the compute type (float <-> half/bfloat16).
+template <class From, class To>
+struct cast_fn {
+  GRADSYNC_HOST_DEVICE To operator()(From a) const {
+    return static_cast<To>(static_cast<float>(load(a)));
+  }
+};
+
+/// True when finalize_fn does something for this op.
+template <class Op>
+inline constexpr bool needs_finalize_v = Op::id == reduce_op::avg;
+
+}  // namespace gradsync::kernels

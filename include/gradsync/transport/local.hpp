@@ -1,0 +1,146 @@
+// transport::local — ranks are threads of one process (tests, demos, single-process
+// multi-device). The embedded default transport.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "gradsync/core/deadline.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/core/workspace.hpp"
+#include "gradsync/kernels/host.hpp"
+#include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/local_group.hpp"
+
+namespace gradsync::transport {
+
+class local {
+ public:
+  static constexpr std::string_view name = "local";
+  static constexpr memory_space memory = memory_space::host;
+  static constexpr bool peer_access = false;
+  static constexpr bool native_allreduce = false;
+
+  /// A posted send or receive; destroying an unfinished one cancels it safely.
+  class request {
+   public:
+    request() = default;
+    request(request&&) noexcept = default;
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        cancel();
+        msg_ = std::move(o.msg_);
+        group_ = o.group_;
+        peer_ = o.peer_;
+      }
+      return *this;
+    }
+    ~request() { cancel(); }
+    bool active() const { return msg_ != nullptr; }
+
+   private:
+    friend class local;
+    void cancel() {
+      if (msg_) group_->cancel(msg_);
+      msg_.reset();
+    }
+    std::shared_ptr<detail::local_msg> msg_;
+    detail::local_group* group_ = nullptr;
+    std::size_t peer_ = 0;
+  };
+
+  /// Rank `rank` of the in-process group `group` (see run_local for the usual way in).
+  local(std::shared_ptr<detail::local_group> group, std::size_t rank)
+      : group_(std::move(group)), rank_(rank) {
+    if (!group_ || rank_ >= group_->size()) {
+      throw error(errc::invalid_argument, {rank, error_site::npos, ~std::uint64_t{0}},
+                  "rank out of range for the local group");
+    }
+  }
+  local(const local&) = delete;
+  local& operator=(const local&) = delete;
+  local(local&&) = default;
+
+  std::size_t rank() const { return rank_; }
+  std::size_t size() const { return group_->size(); }
+
+  request isend(std::size_t peer, const void* data, std::size_t bytes, std::uint32_t tag) {
+    return post(true, peer, const_cast<void*>(data), bytes, tag);
+  }
+  request irecv(std::size_t peer, void* data, std::size_t bytes, std::uint32_t tag) {
+    return post(false, peer, data, bytes, tag);
+  }
+
+  void wait(request& r, deadline d) {
+    if (!r.msg_) return;
+    const int st = group_->wait(rank_, *r.msg_, r.peer_, d.at);
+    const auto& m = *r.msg_;
+    if (st == 0 && m.size_mismatch.load()) {
+      const std::size_t mine = m.bytes, theirs = m.other_bytes;
+      r.msg_.reset();
+      throw error(errc::mismatch, site(r.peer_),
+                  "message size differs: this rank " + std::string(m.is_send ? "sent " : "expected ") +
+                      std::to_string(mine) + " bytes, the peer " +
+                      (m.is_send ? "expected " : "sent ") + std::to_string(theirs));
+    }
+    if (st == 0) {
+      r.msg_.reset();
+      return;
+    }
+    const std::size_t peer = r.peer_;
+    const bool send = m.is_send;
+    r.cancel();
+    if (st == 1) {
+      throw error(errc::peer_lost, site(peer),
+                  std::string("the peer left the group (its function returned or threw) while "
+                              "this rank waited to ") +
+                      (send ? "send to it" : "receive from it"));
+    }
+    throw error(errc::timeout, site(peer),
+                std::string("deadline passed while waiting to ") +
+                    (send ? "send to the peer" : "receive from the peer") +
+                    " (set GRADSYNC_TIMEOUT or call_options::timeout to wait longer)");
+  }
+
+  std::uint64_t next_seq() { return seq_++; }
+  std::uint64_t last_seq() const { return seq_ - 1; }
+  workspace& scratch() { return scratch_; }
+  kernels::host_executor executor() const { return {}; }
+
+ private:
+  error_site site(std::size_t peer) const { return {rank_, peer, seq_ - 1}; }
+
+  request post(bool is_send, std::size_t peer, void* buf, std::size_t bytes, std::uint32_t tag) {
+    if (peer >= size()) {
+      throw error(errc::invalid_argument, site(peer), "peer rank out of range");
+    }
+    auto m = std::make_shared<detail::local_msg>();
+    m->src = is_send ? rank_ : peer;
+    m->dst = is_send ? peer : rank_;
+    m->tag = tag;
+    m->is_send = is_send;
+    m->bytes = bytes;
+    if (is_send) {
+      m->sbuf = buf;
+    } else {
+      m->rbuf = buf;
+    }
+    request r;
+    r.group_ = group_.get();
+    r.peer_ = peer;
+    r.msg_ = group_->post(std::move(m));
+    return r;
+  }
+
+  std::shared_ptr<detail::local_group> group_;
+  std::size_t rank_;
+  std::uint64_t seq_ = 0;
+  workspace scratch_;
+};
+
+static_assert(gradsync::transport_policy<local>);
+
+}  // namespace gradsync::transport

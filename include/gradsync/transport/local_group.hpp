@@ -1,0 +1,146 @@
+// Shared state of an in-process group: one mailbox per rank where posted sends and
+// receives meet. Whichever side posts second copies the bytes (one memcpy, no staging).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <chrono>
+#include <vector>
+
+#include "gradsync/core/error.hpp"
+
+namespace gradsync::transport::detail {
+
+/// One posted point-to-point message (a send or a receive waiting for its partner).
+struct local_msg {
+  std::size_t src = 0, dst = 0;
+  std::uint32_t tag = 0;
+  const void* sbuf = nullptr;
+  void* rbuf = nullptr;
+  std::size_t bytes = 0;
+  bool is_send = false;
+  std::atomic<bool> done{false};
+  std::atomic<bool> size_mismatch{false};
+  std::size_t other_bytes = 0;  // the partner's size when they differ
+};
+
+class local_group {
+ public:
+  explicit local_group(std::size_t n) : ranks_(n) {
+    if (n == 0) throw error(errc::invalid_argument, {}, "a local group needs at least one rank");
+  }
+
+  std::size_t size() const { return ranks_.size(); }
+
+  /// Posts a send from `src` to `dst`; matches a waiting receive if there is one.
+  std::shared_ptr<local_msg> post(std::shared_ptr<local_msg> m) {
+    auto& box = ranks_[m->dst];  // both sends and receives meet in the receiver's box
+    std::shared_ptr<local_msg> partner;
+    {
+      std::lock_guard lk(box.m);
+      auto& other = m->is_send ? box.recvs : box.sends;
+      for (auto it = other.begin(); it != other.end(); ++it) {
+        if ((*it)->src == m->src && (*it)->tag == m->tag) {
+          partner = *it;
+          other.erase(it);
+          break;
+        }
+      }
+      if (!partner) (m->is_send ? box.sends : box.recvs).push_back(m);
+    }
+    if (partner) complete(m->is_send ? *m : *partner, m->is_send ? *partner : *m);
+    return m;
+  }
+
+  /// Removes a still-unmatched message (on error paths); if it was already matched,
+  /// waits for the partner's copy to finish so no buffer is touched afterwards.
+  void cancel(const std::shared_ptr<local_msg>& m) {
+    if (m->done.load(std::memory_order_acquire)) return;
+    auto& box = ranks_[m->dst];
+    {
+      std::lock_guard lk(box.m);
+      auto& q = m->is_send ? box.sends : box.recvs;
+      for (auto it = q.begin(); it != q.end(); ++it) {
+        if (it->get() == m.get()) {
+          q.erase(it);
+          return;
+        }
+      }
+    }
+    while (!m->done.load(std::memory_order_acquire)) std::this_thread::yield();
+  }
+
+  /// Blocks rank `me` until `m` is done, its peer has left, or the deadline passes.
+  /// Returns 0 when done, 1 when the peer left, 2 on timeout.
+  int wait(std::size_t me, const local_msg& m, std::size_t peer,
+           std::chrono::steady_clock::time_point until) {
+    for (int spin = 0; spin < 2000; ++spin) {
+      if (m.done.load(std::memory_order_acquire)) return 0;
+      if (spin > 64) std::this_thread::yield();
+    }
+    auto& r = ranks_[me];
+    std::unique_lock lk(r.m);
+    for (;;) {
+      if (m.done.load(std::memory_order_acquire)) return 0;
+      if (ranks_[peer].left.load(std::memory_order_acquire)) return 1;
+      if (r.cv.wait_until(lk, until) == std::cv_status::timeout) {
+        return m.done.load(std::memory_order_acquire) ? 0 : 2;
+      }
+    }
+  }
+
+  /// Marks a rank as gone (its function returned or threw) and wakes everyone.
+  void leave(std::size_t rank) {
+    ranks_[rank].left.store(true, std::memory_order_release);
+    for (auto& r : ranks_) {
+      std::lock_guard lk(r.m);
+      r.cv.notify_all();
+    }
+  }
+
+  bool has_left(std::size_t rank) const {
+    return ranks_[rank].left.load(std::memory_order_acquire);
+  }
+
+ private:
+  struct rank_state {
+    std::mutex m;  // guards the queues, and is the mutex `cv` waits with
+    std::condition_variable cv;
+    std::deque<std::shared_ptr<local_msg>> sends;  // unmatched sends to this rank
+    std::deque<std::shared_ptr<local_msg>> recvs;  // unmatched receives of this rank
+    std::atomic<bool> left{false};
+  };
+
+  void complete(local_msg& s, local_msg& r) {
+    if (s.bytes != r.bytes) {
+      s.other_bytes = r.bytes;
+      r.other_bytes = s.bytes;
+      s.size_mismatch.store(true, std::memory_order_relaxed);
+      r.size_mismatch.store(true, std::memory_order_relaxed);
+    } else if (s.bytes) {
+      std::memcpy(r.rbuf, s.sbuf, s.bytes);
+    }
+    s.done.store(true, std::memory_order_release);
+    r.done.store(true, std::memory_order_release);
+    notify(s.src);
+    notify(s.dst);
+  }
+
+  void notify(std::size_t rank) {
+    auto& r = ranks_[rank];
+    std::lock_guard lk(r.m);
+    r.cv.notify_all();
+  }
+
+  std::vector<rank_state> ranks_;
+};
+
+}  // namespace gradsync::transport::detail
