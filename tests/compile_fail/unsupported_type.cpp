@@ -1,0 +1,8 @@
+// A trivially copyable type that is not one of the six element types must be rejected.
+#include <vector>
+#include <gradsync/gradsync.hpp>
+namespace gs = gradsync;
+void f(gs::transport::local& t) {
+  std::vector<short> v(4);
+  gs::allreduce<gs::algo::ring>(t, std::span<short>(v), gs::op::sum);
+}
