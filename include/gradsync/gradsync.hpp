@@ -13,5 +13,8 @@
 #include "gradsync/transport/run_local.hpp"
 #include "gradsync/algorithm/concept.hpp"
 #include "gradsync/algorithm/ring.hpp"
+#include "gradsync/algorithm/tree.hpp"
+#include "gradsync/algorithm/halving_doubling.hpp"
+#include "gradsync/algorithm/auto_select.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/allreducer.hpp"

@@ -13,4 +13,9 @@ inline constexpr std::size_t segment_bytes = 256 << 10;
 /// Receives kept in flight by the ring's reduce-scatter (scratch slots of a segment each).
 inline constexpr std::size_t ring_inflight = 4;
 
+/// Segments of each direction kept in flight by halving_doubling's pairwise exchanges
+/// (scratch: this many segments). Same reasoning as ring_inflight: enough to keep the
+/// peer busy while this rank reduces, 1 MiB of scratch at the default segment size.
+inline constexpr std::size_t hd_inflight = 4;
+
 }  // namespace gradsync::algo::tuning

@@ -1,0 +1,100 @@
+// algo::auto_select — picks ring, tree or halving_doubling per call from the message
+// size and the rank count, using the small table below. The choice depends only on
+// (count * sizeof(T), n), which every rank agrees on (the consistency header checks
+// count and type), so every rank runs the same algorithm. The choice is logged at
+// GRADSYNC_LOG=debug, e.g. "auto_select: 4194304 bytes, 4 ranks -> ring".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "gradsync/algorithm/concept.hpp"
+#include "gradsync/algorithm/halving_doubling.hpp"
+#include "gradsync/algorithm/ring.hpp"
+#include "gradsync/algorithm/tree.hpp"
+#include "gradsync/core/log.hpp"
+#include "gradsync/transport/concept.hpp"
+
+namespace gradsync::algo {
+
+/// What auto_select can run.
+enum class auto_choice : std::uint8_t { ring, tree, halving_doubling };
+
+inline constexpr std::string_view auto_choice_name(auto_choice c) {
+  switch (c) {
+    case auto_choice::ring:
+      return "ring";
+    case auto_choice::tree:
+      return "tree";
+    case auto_choice::halving_doubling:
+      return "halving_doubling";
+  }
+  return "ring";
+}
+
+/// One row of the selection table: for rank counts in [min_ranks, max_ranks] and
+/// messages of at most max_bytes bytes, run `algo`. The first matching row wins.
+struct auto_rule {
+  std::size_t min_ranks;
+  std::size_t max_ranks;
+  std::size_t max_bytes;
+  auto_choice algo;
+};
+
+namespace tuning {
+inline constexpr std::size_t any_size = static_cast<std::size_t>(-1);
+/// Selection table for transports without peer access. PLACEHOLDER: filled in from
+/// measurements below.
+inline constexpr auto_rule auto_rules[] = {
+    {2, any_size, 64 << 10, auto_choice::tree},
+    {2, any_size, 4 << 20, auto_choice::halving_doubling},
+};
+}  // namespace tuning
+
+/// The table's answer for `bytes` bytes on `ranks` ranks (ring when no row matches).
+inline constexpr auto_choice auto_choose(std::size_t bytes, std::size_t ranks) {
+  for (const auto_rule& rule : tuning::auto_rules) {
+    if (ranks >= rule.min_ranks && ranks <= rule.max_ranks && bytes <= rule.max_bytes) {
+      return rule.algo;
+    }
+  }
+  return auto_choice::ring;
+}
+
+struct auto_select {
+  static constexpr std::string_view name = "auto";
+  static constexpr bool needs_peer_access = false;
+  static constexpr bool needs_native = false;
+
+  template <transport_policy Tr, class T, class Op>
+  static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
+    const std::size_t bytes = data.size() * sizeof(T), n = t.size();
+    if constexpr (Tr::peer_access) {
+      // HOOK for transports with peer access (shm, cuda_ipc): choose algo::direct
+      // one-shot / two-shot (algorithm/direct.hpp) here for the sizes where reading
+      // peers' buffers directly wins, log the choice like below, and return; fall
+      // through to the table for the rest. The decision must depend only on
+      // (bytes, n) so that every rank makes the same one.
+    }
+    const auto_choice c = auto_choose(bytes, n);
+    if (log_enabled(log_level::debug)) {
+      log(log_level::debug, t.rank(), "auto_select: %zu bytes, %zu ranks -> %s", bytes, n,
+          auto_choice_name(c).data());
+    }
+    switch (c) {
+      case auto_choice::tree:
+        tree::run(t, data, op, ctx);
+        return;
+      case auto_choice::halving_doubling:
+        halving_doubling::run(t, data, op, ctx);
+        return;
+      case auto_choice::ring:
+        break;
+    }
+    ring::run(t, data, op, ctx);
+  }
+};
+
+}  // namespace gradsync::algo
