@@ -1,0 +1,385 @@
+// The machinery behind allreducer: a `batch` is one asynchronous operation (a step of
+// registered tensors, a grouped call, or one tensor) made of buckets; batch_runner owns
+// the registered tensors, their plan and arena, the staging pool, the statistics and
+// the timeline, and runs one bucket (pack, allreduce, unpack) on whatever thread calls.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gradsync/algorithm/concept.hpp"
+#include "gradsync/allreduce.hpp"
+#include "gradsync/core/async.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/core/log.hpp"
+#include "gradsync/detail/thread_level.hpp"
+#include "gradsync/fusion/arena.hpp"
+#include "gradsync/fusion/concept.hpp"
+#include "gradsync/fusion/plan.hpp"
+#include "gradsync/fusion/plan_check.hpp"
+#include "gradsync/fusion/tensor.hpp"
+#include "gradsync/observe/stats.hpp"
+#include "gradsync/observe/timeline.hpp"
+#include "gradsync/observe/traced_transport.hpp"
+
+namespace gradsync::detail {
+
+using steady = std::chrono::steady_clock;
+
+template <class Transport, class Algorithm, class Fusion>
+class batch_runner {
+ protected:
+  /// Runs the allreduce of `count` elements at `data`, of the table slot's element type.
+  using runner = void (batch_runner::*)(void* data, std::size_t count, observe::track tr,
+                                        observe::call_stats& acc);
+  using runner_table = std::array<runner, 8>;  // indexed by dtype
+
+  /// One asynchronous operation: buckets of a plan over some tensors.
+  struct batch {
+    const fusion::plan* plan = nullptr;
+    fusion::plan own_plan;                     // grouped calls: their own plan
+    const std::vector<void*>* ptrs = nullptr;  // tensor i's memory (null: zero-copy)
+    std::vector<void*> own_ptrs;
+    std::byte* layout = nullptr;             // the flat layout (arena or staging)
+    std::shared_ptr<fusion::arena> staging;  // grouped calls: borrowed from the pool
+    runner_table runners{};
+    std::shared_ptr<completion> done;
+    std::atomic<std::size_t> jobs_left{0};
+    observe::call_stats stats;
+    steady::time_point created = steady::now();
+  };
+
+  batch_runner(Transport& t, const call_options& opt, const std::string& timeline_path)
+      : t_(t), opt_(opt), tl_(timeline_path, t.rank()) {}
+
+  // ---- registration ----------------------------------------------------------------
+
+  std::size_t register_tensor(const tensor_ref& r, std::string name) {
+    if (committed_) {
+      throw error(errc::invalid_argument, site(),
+                  "add() after commit(): register every tensor before committing the plan");
+    }
+    if (!fusion::is_zero_copy_v<Fusion> && !r.data && r.count) {
+      throw error(
+          errc::invalid_argument, site(),
+          "tensor #" + std::to_string(descs_.size()) + " has a null pointer and a non-zero count");
+    }
+    descs_.push_back({r.count, r.type, std::move(name)});
+    ptrs_.push_back(r.data);
+    return descs_.size() - 1;
+  }
+
+  template <class Op>
+  void commit_plan(Op) {
+    if (committed_) throw error(errc::invalid_argument, site(), "commit() called twice");
+    plan_ = fusion::make_plan(descs_, Fusion::bucket_bytes, Fusion::first_bucket_bytes,
+                              Fusion::order, Fusion::storage);
+    fusion::check_plan(t_, std::span<const fusion::tensor_desc>(descs_), plan_,
+                       opt_.make_deadline());
+    const auto table = runners<Op>();
+    for (std::size_t i = 0; i < descs_.size(); ++i) {
+      if (!table[static_cast<std::size_t>(descs_[i].type)]) {
+        throw error(errc::invalid_argument, site(),
+                    "tensor #" + std::to_string(i) + tensor_label(i) + " is " +
+                        std::string(dtype_name(descs_[i].type)) + " and op::" +
+                        std::string(op_name(Op::id)) + " needs a floating-point type");
+      }
+    }
+    const bool need_layout = fusion::is_zero_copy_v<Fusion> ||
+                             std::any_of(plan_.buckets.begin(), plan_.buckets.end(),
+                                         [](const auto& b) { return b.tensors.size() > 1; });
+    if (need_layout) arena_.resize(plan_.layout_bytes);
+    if constexpr (fusion::is_zero_copy_v<Fusion>) {
+      for (std::size_t i = 0; i < descs_.size(); ++i)
+        ptrs_[i] = arena_.data() + plan_.tensor_offset[i];
+    }
+    committed_ = true;
+    log(log_level::info, t_.rank(), "bucket plan (%s, op %s): %s",
+        std::string(Fusion::name).c_str(), std::string(op_name(Op::id)).c_str(),
+        plan_.describe().c_str());
+    if (log_enabled(log_level::debug)) {
+      for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
+        const auto& k = plan_.buckets[b];
+        std::string ts;
+        for (std::size_t i : k.tensors) ts += " " + std::to_string(i);
+        log(log_level::debug, t_.rank(), "bucket %zu: %s, %zu bytes at offset %zu, tensors%s", b,
+            std::string(dtype_name(k.type)).c_str(), k.bytes(), k.offset, ts.c_str());
+      }
+    }
+  }
+
+  template <class T>
+  std::span<T> arena_view(std::size_t i) {
+    static_assert(fusion::is_zero_copy_v<Fusion> && is_element_type_v<T>,
+                  "gradsync::allreducer::view<T>(i) needs fusion::zero_copy<Bytes>");
+    check_index(i);
+    require_committed();
+    if (descs_[i].type != dtype_of<T>::value) {
+      throw error(errc::invalid_argument, site(),
+                  "view<T>(" + std::to_string(i) + "): tensor is " +
+                      std::string(dtype_name(descs_[i].type)) + ", not " +
+                      std::string(dtype_name(dtype_of<T>::value)));
+    }
+    return arena_.view<T>(plan_.tensor_offset[i], descs_[i].count);
+  }
+
+  void check_index(std::size_t i) const {
+    require_committed();
+    if (i >= descs_.size()) {
+      throw error(errc::invalid_argument, site(),
+                  "tensor index " + std::to_string(i) + " out of range (" +
+                      std::to_string(descs_.size()) + " registered)");
+    }
+  }
+  void require_committed() const {
+    if (!committed_) {
+      throw error(errc::invalid_argument, site(),
+                  "register tensors with add() and call commit() before ready()/view()/wait()");
+    }
+  }
+  std::string tensor_label(std::size_t i) const {
+    return descs_[i].name.empty() ? std::string() : " ('" + descs_[i].name + "')";
+  }
+
+  // ---- batches --------------------------------------------------------------------------
+
+  template <class Op>
+  static runner_table runners() {
+    runner_table r{};
+    r[static_cast<std::size_t>(dtype::f32)] = pick<float, Op>();
+    r[static_cast<std::size_t>(dtype::f64)] = pick<double, Op>();
+    r[static_cast<std::size_t>(dtype::f16)] = pick<half, Op>();
+    r[static_cast<std::size_t>(dtype::bf16)] = pick<bfloat16, Op>();
+    r[static_cast<std::size_t>(dtype::i32)] = pick<std::int32_t, Op>();
+    r[static_cast<std::size_t>(dtype::i64)] = pick<std::int64_t, Op>();
+    return r;
+  }
+
+  std::shared_ptr<batch> make_step_batch(const runner_table& table) {
+    auto b = std::make_shared<batch>();
+    b->plan = &plan_;
+    b->ptrs = &ptrs_;
+    b->layout = arena_.data();
+    b->runners = table;
+    init_batch(*b);
+    return b;
+  }
+
+  std::shared_ptr<batch> make_list_batch(std::span<const tensor_ref> list,
+                                         const runner_table& table) {
+    auto b = std::make_shared<batch>();
+    std::vector<fusion::tensor_desc> descs(list.size());
+    b->own_ptrs.resize(list.size());
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].data && list[i].count) {
+        throw error(errc::invalid_argument, site(),
+                    "tensor #" + std::to_string(i) + " of the list has a null pointer");
+      }
+      if (!table[static_cast<std::size_t>(list[i].type)]) {
+        throw error(errc::invalid_argument, site(),
+                    "tensor #" + std::to_string(i) + " of the list is " +
+                        std::string(dtype_name(list[i].type)) +
+                        ", which the op cannot take (op::avg needs a floating-point type)");
+      }
+      descs[i] = {list[i].count, list[i].type, {}};
+      b->own_ptrs[i] = list[i].data;
+    }
+    // Grouped calls keep the caller's order: there is no backward pass to follow.
+    b->own_plan = fusion::make_plan(descs, Fusion::bucket_bytes, Fusion::first_bucket_bytes,
+                                    fusion::order::registration);
+    b->plan = &b->own_plan;
+    b->ptrs = &b->own_ptrs;
+    if (std::any_of(b->own_plan.buckets.begin(), b->own_plan.buckets.end(),
+                    [](const auto& k) { return k.tensors.size() > 1; })) {
+      b->staging = acquire_staging(b->own_plan.layout_bytes);
+      b->layout = b->staging->data();
+    }
+    b->runners = table;
+    init_batch(*b);
+    return b;
+  }
+
+  void init_batch(batch& b) {
+    const std::size_t nb = b.plan->buckets.size();
+    b.done = std::make_shared<completion>(nb);
+    b.jobs_left = nb;
+    b.stats.ranks = t_.size();
+    b.stats.algorithm = Algorithm::name;
+    b.stats.fusion = Fusion::name;
+    b.stats.buckets = nb;
+    b.stats.tensors = b.plan->tensor_bucket.size();
+    b.stats.bytes_in = b.plan->payload_bytes;
+  }
+  void finish_empty(batch& b) { fold_stats(b.stats); }
+
+  /// Pack, allreduce and unpack bucket k of `b`; never throws (errors go to b.done).
+  void run_bucket(batch& b, std::size_t k, const job_times& jt, observe::track tr) {
+    std::exception_ptr err;
+    if (!b.done->failed()) {
+      try {
+        throw_if_broken();
+        const auto start = std::max(jt.idle_since, b.created);
+        if (start < jt.picked) {
+          tl_.complete("wait_gradients", tr, start, jt.picked, "\"bucket\":" + std::to_string(k));
+        }
+        bucket_body(b, k, tr);
+      } catch (...) {
+        err = std::current_exception();
+        note_failure(err, k);
+      }
+    }
+    if (--b.jobs_left == 0) {
+      if (b.staging) release_staging(std::move(b.staging));
+      if (!err && !b.done->failed()) fold_stats(b.stats);
+    }
+    b.done->finish_one(err);
+  }
+
+  std::pair<observe::call_stats, observe::cumulative_stats> stats_snapshot() const {
+    std::lock_guard lk(stats_m_);
+    return {last_, total_};
+  }
+
+  void throw_if_broken() const {
+    std::lock_guard lk(stats_m_);
+    if (broken_) std::rethrow_exception(broken_);
+  }
+
+  error_site site() const { return {t_.rank(), error_site::npos, ~std::uint64_t{0}}; }
+
+  Transport& t_;
+  call_options opt_;
+  observe::timeline tl_;
+  std::vector<fusion::tensor_desc> descs_;
+  std::vector<void*> ptrs_;  // registered tensors' memory (the arena's, in zero-copy mode)
+  fusion::plan plan_;
+  fusion::arena arena_;  // zero-copy home, or staging of the registered packed buckets
+  bool committed_ = false;
+
+ private:
+  template <class T, class Op>
+  static constexpr runner pick() {
+    if constexpr (Op::id != reduce_op::avg || is_floating_element_v<T>) {
+      return &batch_runner::run_typed<T, Op>;
+    } else {
+      return nullptr;
+    }
+  }
+
+  void bucket_body(batch& b, std::size_t k, observe::track tr) {
+    const auto& bk = b.plan->buckets[k];
+    const bool packed = !fusion::is_zero_copy_v<Fusion> || b.ptrs != &ptrs_;
+    std::byte* base = b.layout ? b.layout + bk.offset : nullptr;
+    if (packed && bk.tensors.size() == 1) {
+      base = static_cast<std::byte*>((*b.ptrs)[bk.tensors[0]]);  // in place, no packing
+    } else if (packed && !bk.tensors.empty()) {
+      const auto t0 = steady::now();
+      for (std::size_t i : bk.tensors) {
+        const std::size_t n = b.plan->tensor_bytes[i];
+        if (n) std::memcpy(b.layout + b.plan->tensor_offset[i], (*b.ptrs)[i], n);
+      }
+      const auto t1 = steady::now();
+      tl_.complete("pack", tr, t0, t1, "\"bucket\":" + std::to_string(k));
+      b.stats.pack_seconds += std::chrono::duration<double>(t1 - t0).count();
+    }
+    const auto t0 = steady::now();
+    (this->*b.runners[static_cast<std::size_t>(bk.type)])(base, bk.count, tr, b.stats);
+    const auto t1 = steady::now();
+    b.stats.seconds += std::chrono::duration<double>(t1 - t0).count();
+    tl_.complete("allreduce", tr, t0, t1,
+                 "\"bucket\":" + std::to_string(k) + ",\"bytes\":" + std::to_string(bk.bytes()) +
+                     ",\"tensors\":" + std::to_string(bk.tensors.size()) + ",\"algorithm\":\"" +
+                     std::string(Algorithm::name) + "\"");
+    if (packed && bk.tensors.size() > 1) {
+      const auto u0 = steady::now();
+      for (std::size_t i : bk.tensors) {
+        const std::size_t n = b.plan->tensor_bytes[i];
+        if (n) std::memcpy((*b.ptrs)[i], b.layout + b.plan->tensor_offset[i], n);
+      }
+      const auto u1 = steady::now();
+      tl_.complete("unpack", tr, u0, u1, "\"bucket\":" + std::to_string(k));
+      b.stats.pack_seconds += std::chrono::duration<double>(u1 - u0).count();
+    }
+  }
+
+  template <class T, class Op>
+  void run_typed(void* data, std::size_t count, observe::track tr, observe::call_stats& acc) {
+    std::span<T> s(static_cast<T*>(data), count);
+    if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
+      observe::traced_transport<Transport> tt(t_, &tl_, tr);
+      gradsync::allreduce<Algorithm>(tt, s, Op{}, opt_);
+      acc.bytes_wire += tt.bytes_sent();
+    } else {
+      gradsync::allreduce<Algorithm>(t_, s, Op{}, opt_);
+      const std::size_t n = t_.size();
+      acc.bytes_wire += n > 1 ? s.size_bytes() * 2 * (n - 1) / n : 0;
+      acc.wire_measured = false;
+    }
+  }
+
+  void note_failure(const std::exception_ptr& e, std::size_t bucket) {
+    bool breaks = true;
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(e);
+    } catch (const error& x) {
+      breaks = x.code() != errc::mismatch && x.code() != errc::invalid_argument;
+      what = x.what();
+    } catch (const std::exception& x) {
+      what = x.what();
+    } catch (...) {
+    }
+    log(log_level::warn, t_.rank(), "bucket %zu failed%s: %s", bucket,
+        breaks ? " (the allreducer is unusable from now on)" : "", what.c_str());
+    if (breaks) {
+      std::lock_guard lk(stats_m_);
+      if (!broken_) broken_ = e;
+    }
+  }
+
+  void fold_stats(const observe::call_stats& s) {
+    std::lock_guard lk(stats_m_);
+    last_ = s;
+    total_.add(s);
+  }
+
+  std::shared_ptr<fusion::arena> acquire_staging(std::size_t bytes) {
+    std::lock_guard lk(pool_m_);
+    std::shared_ptr<fusion::arena> a;
+    auto it = std::find_if(pool_.begin(), pool_.end(), [&](auto& p) { return p->size() >= bytes; });
+    if (it == pool_.end() && !pool_.empty()) it = pool_.begin();
+    if (it != pool_.end()) {
+      a = std::move(*it);
+      pool_.erase(it);
+    } else {
+      a = std::make_shared<fusion::arena>();
+    }
+    if (a->size() < bytes) a->resize(bytes);
+    return a;
+  }
+  void release_staging(std::shared_ptr<fusion::arena> a) {
+    std::lock_guard lk(pool_m_);
+    pool_.push_back(std::move(a));
+  }
+
+  mutable std::mutex stats_m_;  // guards last_, total_, broken_
+  observe::call_stats last_;
+  observe::cumulative_stats total_;
+  std::exception_ptr broken_;
+  std::mutex pool_m_;
+  std::vector<std::shared_ptr<fusion::arena>> pool_;
+};
+
+}  // namespace gradsync::detail

@@ -1,0 +1,42 @@
+// What a fusion policy is: compile-time parameters of the static bucket plan. The
+// planning itself (fusion/plan.hpp) and the execution (allreducer.hpp) are shared.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace gradsync::fusion {
+
+/// Where the registered gradients live.
+enum class storage : std::uint8_t {
+  packed,  ///< in the caller's tensors; each bucket is packed into staging and unpacked
+  arena,   ///< zero-copy: in one flat arena owned by gradsync; buckets are views of it
+};
+
+/// The order in which registered tensors are laid out in buckets and launched.
+enum class order : std::uint8_t {
+  reverse,       ///< last registered first: the order a backward pass produces gradients
+  registration,  ///< as registered (for grouped calls and forward-ordered producers)
+};
+
+/// A fusion policy: how many tensors go into one message and where they live.
+template <class F>
+concept fusion_policy = requires {
+  { F::name } -> std::convertible_to<std::string_view>;           // for logs and stats
+  { F::bucket_bytes } -> std::convertible_to<std::size_t>;        // bucket cap; 0: no fusion
+  { F::first_bucket_bytes } -> std::convertible_to<std::size_t>;  // cap of bucket 0
+  { F::storage } -> std::convertible_to<fusion::storage>;         // packed or zero-copy arena
+  { F::order } -> std::convertible_to<fusion::order>;             // plan order
+};
+
+/// True when F fuses tensors into buckets (bucket_bytes > 0).
+template <class F>
+inline constexpr bool is_fused_v = F::bucket_bytes > 0;
+
+/// True when F keeps the gradients in a gradsync-owned arena (zero-copy buckets).
+template <class F>
+inline constexpr bool is_zero_copy_v = F::storage == storage::arena;
+
+}  // namespace gradsync::fusion

@@ -1,0 +1,148 @@
+// Cross-rank agreement on the bucket plan, done once at registration: every rank learns
+// every other rank's (tensor count, plan digest); if any differs, rank 0's tensor list
+// is sent to every rank, each finds its first differing tensor, and the findings are
+// shared so that every rank throws the same errc::mismatch naming that tensor — never
+// a hang on a bucket whose size differs between ranks.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradsync/core/consistency.hpp"
+#include "gradsync/core/deadline.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/fusion/plan.hpp"
+#include "gradsync/fusion/tensor.hpp"
+#include "gradsync/transport/concept.hpp"
+
+namespace gradsync::fusion {
+
+namespace detail {
+
+/// Bruck allgather of one trivially copyable value per rank: out[i] is rank i's.
+template <transport_policy Tr, class T>
+void allgather_pod(Tr& t, const T& mine, std::vector<T>& out, std::uint32_t tag, deadline d) {
+  const std::size_t n = t.size(), r = t.rank();
+  std::vector<T> rot(n);  // rot[i] holds rank (r + i) % n
+  rot[0] = mine;
+  std::size_t have = 1;
+  for (std::size_t dist = 1; dist < n; dist *= 2) {
+    const std::size_t cnt = std::min(dist, n - dist);
+    auto rq = t.irecv((r + dist) % n, &rot[have], cnt * sizeof(T), tag);
+    auto sq = t.isend((r + n - dist) % n, &rot[0], cnt * sizeof(T), tag);
+    t.wait(rq, d);
+    t.wait(sq, d);
+    have += cnt;
+  }
+  out.resize(n);
+  for (std::size_t i = 0; i < n; ++i) out[(r + i) % n] = rot[i];
+}
+
+struct plan_summary {
+  std::uint64_t magic = 0x67734650;  // "gsFP"
+  std::uint64_t tensors = 0;
+  std::uint64_t digest = 0;
+};
+
+struct wire_desc {
+  std::uint64_t count = 0;
+  std::uint64_t type = 0;
+};
+
+struct diff_report {
+  std::uint64_t index = ~std::uint64_t{0};  // first differing tensor; ~0: lists equal
+  wire_desc mine{}, ref{};                  // this rank's and rank 0's tensor there
+  std::uint64_t has_mine = 0, has_ref = 0;  // 0 when the list is too short
+};
+
+inline std::string describe_desc(const wire_desc& w) {
+  return "count " + std::to_string(w.count) + " " +
+         std::string(dtype_name(static_cast<dtype>(w.type)));
+}
+
+}  // namespace detail
+
+/// Throws errc::mismatch on every rank unless all ranks registered the same tensor list
+/// with the same plan parameters (`p.digest`). Uses two sequence numbers of `t` when
+/// the lists differ and one when they agree (the same on every rank either way).
+template <transport_policy Tr>
+void check_plan(Tr& t, std::span<const tensor_desc> tensors, const plan& p, deadline d) {
+  const std::size_t n = t.size(), r = t.rank();
+  if (n == 1) return;
+  const std::uint64_t seq = t.next_seq();
+  std::vector<detail::plan_summary> table;
+  detail::allgather_pod(t, detail::plan_summary{0x67734650, tensors.size(), p.digest}, table,
+                        consistency_tag(seq), d);
+  bool same = true;
+  for (const auto& s : table) {
+    same = same && s.magic == table[0].magic && s.tensors == table[0].tensors &&
+           s.digest == table[0].digest;
+  }
+  if (same) return;
+
+  // Rank 0's list goes to everyone (the slow path: only taken on a mismatch).
+  std::vector<detail::wire_desc> ref(table[0].tensors);
+  if (r == 0) {
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      ref[i] = {tensors[i].count, static_cast<std::uint64_t>(tensors[i].type)};
+    }
+    std::vector<typename Tr::request> sends;
+    for (std::size_t q = 1; q < n; ++q) {
+      sends.push_back(
+          t.isend(q, ref.data(), ref.size() * sizeof(detail::wire_desc), data_tag(seq)));
+    }
+    for (auto& s : sends) t.wait(s, d);
+  } else {
+    auto rq = t.irecv(0, ref.data(), ref.size() * sizeof(detail::wire_desc), data_tag(seq));
+    t.wait(rq, d);
+  }
+  detail::diff_report mine;
+  const std::size_t common = std::min(ref.size(), tensors.size());
+  for (std::size_t i = 0; i <= common; ++i) {
+    const bool have_m = i < tensors.size(), have_r = i < ref.size();
+    if (!have_m && !have_r) break;
+    const detail::wire_desc m{have_m ? tensors[i].count : 0,
+                              have_m ? static_cast<std::uint64_t>(tensors[i].type) : 0};
+    if (have_m && have_r && m.count == ref[i].count && m.type == ref[i].type) continue;
+    mine = {i, m, have_r ? ref[i] : detail::wire_desc{}, have_m, have_r};
+    break;
+  }
+  std::vector<detail::diff_report> diffs;
+  const std::uint64_t seq2 = t.next_seq();
+  detail::allgather_pod(t, mine, diffs, consistency_tag(seq2), d);
+
+  std::string msg = "ranks registered different tensor lists for the bucket plan:";
+  std::size_t shown = 0;
+  for (std::size_t q = 1; q < n && shown < 4; ++q) {
+    const auto& f = diffs[q];
+    const std::string who = "rank " + std::to_string(q);
+    if (f.index == ~std::uint64_t{0}) {
+      if (table[q].digest != table[0].digest) {
+        msg += "\n  " + who +
+               " has the same tensors as rank 0 but different plan parameters "
+               "(bucket size, order or storage)";
+        ++shown;
+      }
+      continue;
+    }
+    ++shown;
+    std::string here;
+    if (q == r && f.index < tensors.size() && !tensors[f.index].name.empty()) {
+      here = " '" + tensors[f.index].name + "'";
+    }
+    msg += "\n  first differing tensor is #" + std::to_string(f.index) + here + ": " + who +
+           " has " +
+           (f.has_mine ? detail::describe_desc(f.mine)
+                       : "no such tensor (" + std::to_string(table[q].tensors) + " registered)") +
+           ", rank 0 has " +
+           (f.has_ref ? detail::describe_desc(f.ref)
+                      : "no such tensor (" + std::to_string(table[0].tensors) + " registered)");
+  }
+  throw error(errc::mismatch, {r, error_site::npos, seq}, msg);
+}
+
+}  // namespace gradsync::fusion

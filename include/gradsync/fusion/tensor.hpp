@@ -1,0 +1,45 @@
+// tensor_ref: a type-erased view of one gradient tensor (pointer, count, element type),
+// the currency of registration and grouped calls.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "gradsync/core/dtype.hpp"
+
+namespace gradsync {
+
+/// One tensor the caller hands to gradsync: where it is, how many elements, which type.
+struct tensor_ref {
+  void* data = nullptr;
+  std::size_t count = 0;
+  dtype type = dtype::f32;
+
+  tensor_ref() = default;
+  /// From a span of writable elements (float, double, half, bfloat16, int32_t, int64_t).
+  template <class T>
+  requires(!std::is_const_v<T> && is_element_type_v<T>)
+      tensor_ref(std::span<T> s)  // NOLINT: implicit on purpose, so lists of spans convert
+      : data(s.data()), count(s.size()), type(dtype_of<T>::value) {}
+  tensor_ref(void* p, std::size_t n, dtype t) : data(p), count(n), type(t) {}
+
+  std::size_t bytes() const { return count * dtype_size(type); }
+};
+
+}  // namespace gradsync
+
+namespace gradsync::fusion {
+
+/// What the plan needs to know about a registered tensor (its data pointer excluded:
+/// the plan must be the same on every rank).
+struct tensor_desc {
+  std::size_t count = 0;
+  dtype type = dtype::f32;
+  std::string name;  // optional; used in logs and mismatch errors
+
+  std::size_t bytes() const { return count * dtype_size(type); }
+};
+
+}  // namespace gradsync::fusion
