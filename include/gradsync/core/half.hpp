@@ -21,13 +21,14 @@ GRADSYNC_HOST_DEVICE inline float bits_float(std::uint32_t u) {
   return f;
 }
 
-// float -> binary16, round to nearest even; NaN stays NaN, overflow becomes inf.
+// float -> binary16, round to nearest even; overflow becomes inf; NaN becomes CUDA's
+// canonical NaN 0x7fff (what __float2half_rn and cvt.rn.f16.f32 give).
 GRADSYNC_HOST_DEVICE inline std::uint16_t float_to_half_bits(float f) {
   const std::uint32_t x = float_bits(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t abs = x & 0x7fffffffu;
   if (abs >= 0x7f800000u) {  // inf or NaN
-    return static_cast<std::uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
+    return static_cast<std::uint16_t>(abs > 0x7f800000u ? 0x7fffu : (sign | 0x7c00u));
   }
   if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
   if (abs < 0x38800000u) {  // subnormal half (or zero)
@@ -51,7 +52,7 @@ GRADSYNC_HOST_DEVICE inline float half_bits_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu;
   std::uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1fu) return bits_float(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0x1fu) return bits_float(mant ? 0x7fffffffu : (sign | 0x7f800000u));  // CUDA's NaN
   if (exp == 0) {
     if (mant == 0) return bits_float(sign);
     int e = -1;  // normalise the subnormal
@@ -64,10 +65,10 @@ GRADSYNC_HOST_DEVICE inline float half_bits_to_float(std::uint16_t h) {
   return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
-// float -> bfloat16, round to nearest even; NaN stays a quiet NaN.
+// float -> bfloat16, round to nearest even; NaN becomes CUDA's canonical NaN 0x7fff.
 GRADSYNC_HOST_DEVICE inline std::uint16_t float_to_bf16_bits(float f) {
   const std::uint32_t x = float_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
   const std::uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
   return static_cast<std::uint16_t>((x + rounding) >> 16);
 }

@@ -25,6 +25,43 @@ GRADSYNC_HOST_DEVICE inline T store(compute_t<T> v) {
   return static_cast<T>(v);
 }
 
+#if defined(__CUDACC__)
+// On the GPU the 16-bit conversions are single cvt instructions with exactly the IEEE
+// round-to-nearest-even and canonical-NaN behaviour of the host code in core/half.hpp
+// (bitwise equal: checked on the CPU against CUDA's own host conversions and on a GPU by
+// tests/cuda/test_device_kernels.cu). Same math, one instruction instead of ~20.
+template <>
+GRADSYNC_HOST_DEVICE inline float load<half>(half v) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+  return f;
+#else
+  return static_cast<float>(v);
+#endif
+}
+template <>
+GRADSYNC_HOST_DEVICE inline half store<half>(float v) {
+#if defined(__CUDA_ARCH__)
+  unsigned short b;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(v));
+  return half::from_bits(b);
+#else
+  return half(v);
+#endif
+}
+template <>
+GRADSYNC_HOST_DEVICE inline bfloat16 store<bfloat16>(float v) {
+#if defined(__CUDA_ARCH__)
+  unsigned short b;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(v));
+  return bfloat16::from_bits(b);
+#else
+  return bfloat16(v);
+#endif
+}
+#endif
+
 /// Combines two values of T under Op (avg combines as a sum; see finalize_fn).
 template <class T, class Op>
 struct combine_fn {
@@ -68,7 +105,7 @@ struct scale_fn {
 template <class From, class To>
 struct cast_fn {
   GRADSYNC_HOST_DEVICE To operator()(From a) const {
-    return static_cast<To>(static_cast<float>(load(a)));
+    return store<To>(static_cast<compute_t<To>>(static_cast<float>(load(a))));
   }
 };
 

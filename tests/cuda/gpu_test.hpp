@@ -1,0 +1,40 @@
+// A tiny harness for the CUDA tests that need a GPU: they must also build and run where
+// doctest is absent (bench/gpu_check.sh builds them with nvcc alone on the GPU machine).
+// GPU_REQUIRE_DEVICE() exits 77 (meson: skipped) with the reason when no GPU is usable.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <gradsync/core/cuda_check.hpp>
+
+namespace gpu_test {
+inline int& failures() {
+  static int n = 0;  // one test program, one counter
+  return n;
+}
+inline int finish(const char* name) {
+  std::printf("%s: %s (%d failed checks)\n", name, failures() ? "FAILED" : "passed", failures());
+  return failures() ? 1 : 0;
+}
+}  // namespace gpu_test
+
+#define GPU_CHECK(cond, ...)                                                  \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      ++gpu_test::failures();                                                 \
+      std::printf("CHECK failed %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
+      std::printf(__VA_ARGS__);                                               \
+      std::printf("\n");                                                      \
+    }                                                                         \
+  } while (0)
+
+#define GPU_REQUIRE_DEVICE(name)                                                              \
+  do {                                                                                        \
+    const std::string why_ = gradsync::cuda::unusable_reason();                               \
+    if (!why_.empty()) {                                                                      \
+      std::printf("%s: SKIPPED (exit 77): no usable CUDA GPU: %s\n", name, why_.c_str());     \
+      return 77;                                                                              \
+    }                                                                                         \
+  } while (0)
