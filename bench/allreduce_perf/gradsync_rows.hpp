@@ -1,0 +1,125 @@
+// gradsync's rows: every algorithm named on the command line, over one transport.
+// To add an algorithm: include its header below and add one line to with_algorithm().
+// Headers another component has not landed yet are skipped (__has_include), so the
+// benchmark builds at every point of the project's history.
+#pragma once
+
+#include <cstdio>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <string_view>
+
+#include "gradsync/algorithm/ring.hpp"
+#include "gradsync/allreduce.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/op.hpp"
+#include "options.hpp"
+#include "sweep.hpp"
+
+#if __has_include("gradsync/algorithm/tree.hpp")
+#include "gradsync/algorithm/tree.hpp"
+#define GRADSYNC_BENCH_HAVE_TREE 1
+#endif
+#if __has_include("gradsync/algorithm/halving_doubling.hpp")
+#include "gradsync/algorithm/halving_doubling.hpp"
+#define GRADSYNC_BENCH_HAVE_HALVING_DOUBLING 1
+#endif
+#if __has_include("gradsync/algorithm/direct.hpp")
+#include "gradsync/algorithm/direct.hpp"
+#define GRADSYNC_BENCH_HAVE_DIRECT 1
+#endif
+#if __has_include("gradsync/algorithm/auto_select.hpp")
+#include "gradsync/algorithm/auto_select.hpp"
+#define GRADSYNC_BENCH_HAVE_AUTO 1
+#endif
+// algo::native lives with the transports that have a native allreduce (mpi.hpp pulls it
+// in); it is only usable where GRADSYNC_BENCH_HAVE_NATIVE is defined by the includer.
+
+namespace gradsync::bench {
+
+/// Calls f.template operator()<A>() for the algorithm --algo calls `name`; returns false
+/// when that algorithm is not part of this build.
+template <class F>
+bool with_algorithm(std::string_view name, F&& f) {
+  if (name == "ring") return f.template operator()<algo::ring>(), true;
+#ifdef GRADSYNC_BENCH_HAVE_TREE
+  if (name == "tree") return f.template operator()<algo::tree>(), true;
+#endif
+#ifdef GRADSYNC_BENCH_HAVE_HALVING_DOUBLING
+  if (name == "halving_doubling") return f.template operator()<algo::halving_doubling>(), true;
+#endif
+#ifdef GRADSYNC_BENCH_HAVE_DIRECT
+  if (name == "direct_one_shot") return f.template operator()<algo::direct_one_shot>(), true;
+  if (name == "direct_two_shot") return f.template operator()<algo::direct_two_shot>(), true;
+#endif
+#ifdef GRADSYNC_BENCH_HAVE_NATIVE
+  if (name == "native") return f.template operator()<algo::native>(), true;
+#endif
+#ifdef GRADSYNC_BENCH_HAVE_AUTO
+  if (name == "auto") return f.template operator()<algo::auto_select>(), true;
+#endif
+  return false;
+}
+
+/// True when algorithm A can run over transport Tr (the same rules check_composition
+/// enforces at compile time, evaluated here so the bench can skip instead of failing).
+template <class A, class Tr>
+inline constexpr bool composes = (!A::needs_peer_access || Tr::peer_access) &&
+                                 (!A::needs_native || Tr::native_allreduce);
+
+/// What run_gradsync_rows measured.
+struct gradsync_totals {
+  std::uint64_t wrong = 0;  ///< wrong elements over every checked row
+  std::size_t tables = 0;   ///< transport x algorithm combinations swept
+  gradsync_totals& operator+=(const gradsync_totals& o) {
+    wrong += o.wrong;
+    tables += o.tables;
+    return *this;
+  }
+};
+
+/// Runs every requested algorithm over transport `t` (collective over `g`, whose ranks
+/// must be the transport's ranks). `mpi_name` labels the MPI flavour in the rows.
+template <class Tr>
+gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer& csv,
+                                  const std::string& mpi_name) {
+  gradsync_totals tot;
+  const bool explicit_list = o.algos != all_algos;
+  for (const std::string& name : o.algos) {
+    bool composed = false;
+    const bool built = with_algorithm(name, [&]<class A>() {
+      if constexpr (composes<A, Tr>) {
+        composed = true;
+        visit_dtype(o.type, [&](auto tv) {
+          using T = std::remove_cvref_t<decltype(tv)>;
+          visit_op(o.op, [&](auto opv) {
+            using Op = std::remove_cvref_t<decltype(opv)>;
+            if constexpr (Op::id == reduce_op::avg && !is_floating_element_v<T>) {
+              throw std::invalid_argument("op avg needs a floating-point type");
+            } else {
+              subject<T> s;
+              s.label =
+                  make_label("gradsync", "gradsync", std::string(Tr::name), name, mpi_name, o);
+              call_options opt;
+              opt.check = o.agree;
+              s.run = [&t, opt](std::span<T> d) { allreduce<A>(t, d, Op{}, opt); };
+              tot.wrong += sweep(g, o, s, csv).wrong;
+              ++tot.tables;
+            }
+          });
+        });
+      }
+    });
+    if (g.rank() == 0 && (!built || !composed) && explicit_list) {
+      std::printf("#\n# gradsync transport=%s algo=%s: %s\n", std::string(Tr::name).c_str(),
+                  name.c_str(),
+                  !built ? "not in this build (its header is missing)"
+                         : "does not compose with this transport; skipped");
+    }
+  }
+  return tot;
+}
+
+}  // namespace gradsync::bench

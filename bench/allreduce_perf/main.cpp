@@ -1,0 +1,237 @@
+// allreduce_perf: nccl-tests-style sweep of gradsync's transports x algorithms, measured
+// in the same run as the peers a user would pick instead (MPI_Allreduce, Gloo) and a
+// STREAM-like probe that gives the memory-bound limit. See docs/performance.md.
+//
+//   allreduce_perf --ranks 2 --transport local --peers gloo,stream      (threads as ranks)
+//   mpirun -np 2 allreduce_perf_openmpi --transport shm,mpi --peers all (processes)
+#ifdef GRADSYNC_BENCH_MPI
+#include <mpi.h>
+#endif
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <exception>
+#include <filesystem>
+#include <string>
+
+// Transports other components provide; each is used only if its header exists.
+#ifdef GRADSYNC_BENCH_MPI
+#if __has_include("gradsync/transport/mpi.hpp")
+#include "gradsync/transport/mpi.hpp"
+#define GRADSYNC_BENCH_HAVE_MPI_TRANSPORT 1
+#if __has_include("gradsync/algorithm/native.hpp")
+#include "gradsync/algorithm/native.hpp"
+#define GRADSYNC_BENCH_HAVE_NATIVE 1
+#endif
+#endif
+#if __has_include("gradsync/transport/shm.hpp")
+#include "gradsync/transport/shm.hpp"
+#define GRADSYNC_BENCH_HAVE_SHM 1
+#endif
+#endif
+
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/hash_store.h>
+
+#include "gradsync/transport/run_local.hpp"
+#include "gradsync_rows.hpp"
+#include "options.hpp"
+#include "peer_gloo.hpp"
+#include "peer_stream.hpp"
+#ifdef GRADSYNC_BENCH_MPI
+#include "common/mpi_group.hpp"
+#include "peer_mpi.hpp"
+#endif
+
+#ifndef GRADSYNC_BENCH_MPI_NAME
+#define GRADSYNC_BENCH_MPI_NAME "none"
+#endif
+
+namespace gs = gradsync;
+namespace gb = gradsync::bench;
+
+namespace {
+
+const std::string mpi_name = GRADSYNC_BENCH_MPI_NAME;
+
+void print_banner(const gb::options& o, std::size_t ranks, const char* mode) {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  char when[64];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  std::printf("# allreduce_perf (gradsync %s)  %s  host %s  %s\n", "0.1", when, host, mode);
+  std::printf(
+      "# ranks %zu  type %s  op %s  sizes %zu..%zu x%g  iters %zu (iter-bytes %zu)  "
+      "warmup %zu  check %d  agree %d\n",
+      ranks, gb::type_label(o.type).c_str(), std::string(gs::op_name(o.op)).c_str(), o.min_bytes,
+      o.max_bytes, o.factor, o.iters, o.iter_bytes, o.warmup, o.check ? 1 : 0, o.agree ? 1 : 0);
+  std::printf(
+      "# time: median over iterations of the slowest rank's time; min: fastest "
+      "iteration; busbw = algbw * 2(n-1)/n\n");
+  std::fflush(stdout);
+}
+
+/// 1 if any checked element was wrong, 4 if fewer gradsync tables ran than required.
+int exit_status(const gb::options& o, std::uint64_t wrong, std::size_t tables) {
+  if (wrong) {
+    std::fprintf(stderr, "allreduce_perf: %llu wrong element(s) in checked rows\n",
+                 static_cast<unsigned long long>(wrong));
+    return 1;
+  }
+  if (tables < o.require_gradsync) {
+    std::fprintf(stderr, "allreduce_perf: only %zu gradsync table(s) ran, %zu required\n", tables,
+                 o.require_gradsync);
+    return 4;
+  }
+  return 0;
+}
+
+/// Ranks are threads of this process: the local transport, Gloo over loopback, STREAM.
+int run_threads(const gb::options& o) {
+  auto st = gb::thread_group::make_state(o.ranks);
+  gloo::rendezvous::HashStore store;
+  gb::csv_writer csv(o.csv);
+  std::atomic<std::uint64_t> wrong{0};
+  std::atomic<std::size_t> tables{0};
+  const auto transports = o.transports.empty() ? std::vector<std::string>{"local"} : o.transports;
+  print_banner(o, o.ranks, "in-process ranks (threads)");
+  gs::transport::run_local(o.ranks, [&](gs::transport::local& t) {
+    gb::thread_group g(st, t.rank());
+    try {
+      for (const auto& tr : transports) {
+        if (tr == "local") {
+          const gb::gradsync_totals tot = gb::run_gradsync_rows(t, g, o, csv, mpi_name);
+          if (g.rank() == 0) wrong += tot.wrong, tables += tot.tables;
+        } else if (tr != "none" && g.rank() == 0) {
+          std::printf(
+              "#\n# transport=%s needs processes: run under mpirun with more than one "
+              "rank; skipped\n",
+              tr.c_str());
+        }
+      }
+      for (const auto& p : o.peers) {
+        if (p == "gloo") {
+          const std::uint64_t w = gb::run_gloo_peer(g, store, o, csv, mpi_name);
+          if (g.rank() == 0) wrong += w;
+        } else if (p == "stream") {
+          gb::run_stream_probe(g, o, csv, mpi_name);
+        } else if (p == "mpi" && g.rank() == 0) {
+          std::printf("#\n# peer mpi needs processes: run under mpirun; skipped\n");
+        }
+      }
+    } catch (...) {
+      st->sync.arrive_and_drop();  // peers waiting in a barrier must not hang
+      throw;
+    }
+  });
+  return exit_status(o, wrong.load(), tables.load());
+}
+
+#ifdef GRADSYNC_BENCH_MPI
+/// Ranks are the processes of MPI_COMM_WORLD: shm and mpi transports, MPI_Allreduce,
+/// Gloo over loopback (rendezvous through a FileStore), STREAM.
+int run_processes(const gb::options& o) {
+  gb::mpi_group g(MPI_COMM_WORLD);
+  gb::csv_writer csv(g.rank() == 0 ? o.csv : std::string{});
+  std::uint64_t wrong = 0;
+  gb::gradsync_totals tot;
+  const auto transports =
+      o.transports.empty() ? std::vector<std::string>{"shm", "mpi"} : o.transports;
+  if (g.rank() == 0) {
+    print_banner(o, g.size(), "processes (MPI_COMM_WORLD)");
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    std::string first(lib, static_cast<std::size_t>(len));
+    first = first.substr(0, first.find('\n'));
+    std::printf("# MPI: %s\n", first.c_str());
+  }
+  auto note = [&](const std::string& what) {
+    if (g.rank() == 0) std::printf("#\n# %s\n", what.c_str());
+  };
+  for (const auto& tr : transports) {
+    if (tr == "shm") {
+#ifdef GRADSYNC_BENCH_HAVE_SHM
+      gs::transport::shm t(MPI_COMM_WORLD);
+      tot += gb::run_gradsync_rows(t, g, o, csv, mpi_name);
+#else
+      note("transport=shm: not in this build (gradsync/transport/shm.hpp is missing); skipped");
+#endif
+    } else if (tr == "mpi") {
+#ifdef GRADSYNC_BENCH_HAVE_MPI_TRANSPORT
+      gs::transport::mpi t(MPI_COMM_WORLD);
+      tot += gb::run_gradsync_rows(t, g, o, csv, mpi_name);
+#else
+      note("transport=mpi: not in this build (gradsync/transport/mpi.hpp is missing); skipped");
+#endif
+    } else if (tr == "local") {
+      note("transport=local runs threads as ranks: run without mpirun (--ranks N); skipped");
+    }
+  }
+  for (const auto& p : o.peers) {
+    if (p == "mpi") {
+      wrong += gb::run_mpi_peer(g, o, csv, mpi_name);
+    } else if (p == "gloo") {
+      std::string dir;
+      if (g.rank() == 0) {
+        char tmpl[] = "/tmp/allreduce_perf_gloo.XXXXXX";
+        if (mkdtemp(tmpl)) dir = tmpl;
+      }
+      dir = g.broadcast(dir);
+      if (dir.empty()) throw std::runtime_error("cannot create a directory for Gloo's FileStore");
+      {
+        gloo::rendezvous::FileStore store(dir);
+        wrong += gb::run_gloo_peer(g, store, o, csv, mpi_name);
+        g.barrier();
+      }
+      if (g.rank() == 0) std::filesystem::remove_all(dir);
+    } else if (p == "stream") {
+      gb::run_stream_probe(g, o, csv, mpi_name);
+    }
+  }
+  return exit_status(o, wrong + tot.wrong, tot.tables);
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gb::options o;
+  try {
+    o = gb::parse_options(argc, argv);
+  } catch (const std::exception& e) {
+    if (*e.what()) std::fprintf(stderr, "allreduce_perf: %s\n", e.what());
+    std::fputs(gb::usage_text(), stderr);
+    return 2;
+  }
+#ifdef GRADSYNC_BENCH_MPI
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  int status = 0;
+  try {
+    status = world > 1 ? run_processes(o) : run_threads(o);
+  } catch (const std::exception& e) {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    std::fprintf(stderr, "allreduce_perf: rank %d: %s\n", r, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+  MPI_Finalize();
+  return status;
+#else
+  try {
+    return run_threads(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "allreduce_perf: %s\n", e.what());
+    return 3;
+  }
+#endif
+}

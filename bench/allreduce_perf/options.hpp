@@ -1,0 +1,257 @@
+// allreduce_perf's command line (nccl-tests' flags plus transport/algorithm/peer choice).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/op.hpp"
+
+namespace gradsync::bench {
+
+/// Every algorithm name --algo understands, in table order ("all" selects these).
+inline const std::vector<std::string> all_algos = {
+    "ring", "tree", "halving_doubling", "direct_one_shot", "direct_two_shot", "native", "auto"};
+/// Every transport name --transport understands.
+inline const std::vector<std::string> all_transports = {"local", "shm", "mpi"};
+/// Every peer --peers understands.
+inline const std::vector<std::string> all_peers = {"mpi", "gloo", "stream"};
+
+struct options {
+  std::size_t min_bytes = 8;          ///< -b
+  std::size_t max_bytes = 32u << 20;  ///< -e
+  double factor = 2;                  ///< -f
+  std::size_t iters = 20;             ///< -n
+  std::size_t warmup = 5;             ///< -w
+  std::size_t iter_bytes = 0;         ///< --iter-bytes: cap iters so iters*size <= this (min 3)
+  bool check = true;                  ///< -c
+  bool agree = true;                  ///< --agree: gradsync's cross-rank argument check
+  dtype type = dtype::f32;            ///< -d
+  reduce_op op = reduce_op::sum;      ///< -o
+  std::vector<std::string>
+      transports;  ///< --transport (default: local alone, shm+mpi under mpirun)
+  std::vector<std::string> algos = {"all"};  ///< --algo
+  std::vector<std::string> peers;            ///< --peers (default none)
+  std::size_t ranks = 2;                     ///< --ranks (in-process ranks of the local transport)
+  std::string csv;                           ///< --csv
+  std::size_t stream_bytes = 64u << 20;      ///< --stream-bytes: each of a, b, c per rank
+  std::string gloo_algos = "ring_chunked,halving_doubling";  ///< --gloo-algos
+  std::size_t require_gradsync = 0;  ///< --require-gradsync: fail if fewer tables ran
+};
+
+inline std::vector<std::string> split_list(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t end = s.find(',', start);
+    const std::string_view item =
+        s.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    if (!item.empty()) out.emplace_back(item);
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+/// "64", "4K", "256M", "1G" (powers of 1024) -> bytes.
+inline std::size_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || v < 0) throw std::invalid_argument("bad size '" + s + "'");
+  double mult = 1;
+  switch (*end) {
+    case 'k':
+    case 'K':
+      mult = 1024.0;
+      ++end;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1024.0 * 1024;
+      ++end;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1024.0 * 1024 * 1024;
+      ++end;
+      break;
+    default:
+      break;
+  }
+  if (*end == 'B' || *end == 'b') ++end;
+  if (*end != '\0') throw std::invalid_argument("bad size '" + s + "'");
+  return static_cast<std::size_t>(v * mult);
+}
+
+inline dtype parse_dtype(const std::string& s) {
+  if (s == "float" || s == "float32" || s == "f32") return dtype::f32;
+  if (s == "double" || s == "float64" || s == "f64") return dtype::f64;
+  if (s == "half" || s == "float16" || s == "f16") return dtype::f16;
+  if (s == "bfloat16" || s == "bf16") return dtype::bf16;
+  if (s == "int32" || s == "int" || s == "i32") return dtype::i32;
+  if (s == "int64" || s == "i64") return dtype::i64;
+  throw std::invalid_argument("unknown type '" + s +
+                              "' (float, double, half, bfloat16, int32, int64)");
+}
+
+inline reduce_op parse_op(const std::string& s) {
+  if (s == "sum") return reduce_op::sum;
+  if (s == "prod") return reduce_op::prod;
+  if (s == "min") return reduce_op::min;
+  if (s == "max") return reduce_op::max;
+  if (s == "avg") return reduce_op::avg;
+  throw std::invalid_argument("unknown op '" + s + "' (sum, prod, min, max, avg)");
+}
+
+/// Short type names for the table (nccl-tests style).
+inline std::string type_label(dtype d) {
+  switch (d) {
+    case dtype::f32:
+      return "float";
+    case dtype::f64:
+      return "double";
+    case dtype::f16:
+      return "half";
+    case dtype::bf16:
+      return "bfloat16";
+    case dtype::i32:
+      return "int32";
+    case dtype::i64:
+      return "int64";
+  }
+  return "?";
+}
+
+inline const char* usage_text() {
+  return "usage: allreduce_perf [options]\n"
+         "  -b SIZE        smallest message (bytes; K/M/G suffixes), default 8\n"
+         "  -e SIZE        largest message, default 32M\n"
+         "  -f FACTOR      size multiplier between rows, default 2\n"
+         "  -n N           timed iterations per size, default 20\n"
+         "  -w N           warm-up iterations per size, default 5\n"
+         "  --iter-bytes SIZE  fewer iterations at large sizes: iters*size <= SIZE (>= 3)\n"
+         "  -c 0|1         count wrong elements from exact inputs, default 1\n"
+         "  -d TYPE        float, double, half, bfloat16, int32, int64 (default float)\n"
+         "  -o OP          sum, prod, min, max, avg (default sum)\n"
+         "  --transport L  comma list of local, shm, mpi (default: local alone; under mpirun\n"
+         "                 with more than one rank: shm,mpi); 'none' for peers only\n"
+         "  --algo L       comma list of ring, tree, halving_doubling, direct_one_shot,\n"
+         "                 direct_two_shot, native, auto, or all (default all that apply)\n"
+         "  --ranks N      in-process ranks of the local transport (and of the peers\n"
+         "                 when not under mpirun), default 2\n"
+         "  --peers L      comma list of mpi, gloo, stream, or all (default none)\n"
+         "  --gloo-algos L ring_chunked,halving_doubling (default both)\n"
+         "  --stream-bytes SIZE  array size per rank of the STREAM probe, default 64M\n"
+         "  --agree 0|1    gradsync's cross-rank argument check per call, default 1\n"
+         "  --csv FILE     append every row to FILE\n"
+         "  --require-gradsync N  fail (exit 4) if fewer than N gradsync tables ran\n"
+         "Exit status: 0 if every checked row has #wrong == 0, 1 if any is wrong, 2 on a\n"
+         "usage error, 3 if an implementation threw, 4 if --require-gradsync was not met.\n";
+}
+
+/// Parses argv; throws std::invalid_argument with a message on a bad flag.
+inline options parse_options(int argc, char** argv) {
+  options o;
+  auto need = [&](int& i) -> std::string {
+    if (i + 1 >= argc) throw std::invalid_argument(std::string("missing value after ") + argv[i]);
+    return argv[++i];
+  };
+  auto parse_count = [](const std::string& s) {
+    char* end = nullptr;
+    const long v = std::strtol(s.c_str(), &end, 10);
+    if (end == s.c_str() || *end != '\0' || v < 0)
+      throw std::invalid_argument("bad count '" + s + "'");
+    return static_cast<std::size_t>(v);
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-b" || a == "--minbytes")
+      o.min_bytes = parse_size(need(i));
+    else if (a == "-e" || a == "--maxbytes")
+      o.max_bytes = parse_size(need(i));
+    else if (a == "-f" || a == "--stepfactor")
+      o.factor = std::strtod(need(i).c_str(), nullptr);
+    else if (a == "-n" || a == "--iters")
+      o.iters = parse_count(need(i));
+    else if (a == "-w" || a == "--warmup_iters")
+      o.warmup = parse_count(need(i));
+    else if (a == "--iter-bytes")
+      o.iter_bytes = parse_size(need(i));
+    else if (a == "-c" || a == "--check")
+      o.check = parse_count(need(i)) != 0;
+    else if (a == "--agree")
+      o.agree = parse_count(need(i)) != 0;
+    else if (a == "-d" || a == "--datatype")
+      o.type = parse_dtype(need(i));
+    else if (a == "-o" || a == "--op")
+      o.op = parse_op(need(i));
+    else if (a == "--transport")
+      o.transports = split_list(need(i));
+    else if (a == "--algo")
+      o.algos = split_list(need(i));
+    else if (a == "--ranks")
+      o.ranks = parse_count(need(i));
+    else if (a == "--peers")
+      o.peers = split_list(need(i));
+    else if (a == "--gloo-algos")
+      o.gloo_algos = need(i);
+    else if (a == "--stream-bytes")
+      o.stream_bytes = parse_size(need(i));
+    else if (a == "--csv")
+      o.csv = need(i);
+    else if (a == "--require-gradsync")
+      o.require_gradsync = parse_count(need(i));
+    else if (a == "-h" || a == "--help")
+      throw std::invalid_argument("");
+    else
+      throw std::invalid_argument("unknown option '" + a + "'");
+  }
+  if (o.factor <= 1.0) throw std::invalid_argument("-f must be greater than 1");
+  if (o.min_bytes == 0 || o.max_bytes < o.min_bytes)
+    throw std::invalid_argument("need 0 < -b <= -e");
+  if (o.iters == 0) throw std::invalid_argument("-n must be at least 1");
+  if (o.ranks == 0) throw std::invalid_argument("--ranks must be at least 1");
+  if (o.algos.size() == 1 && o.algos[0] == "all") o.algos = all_algos;
+  if (o.peers.size() == 1 && o.peers[0] == "all") o.peers = all_peers;
+  if (o.peers.size() == 1 && o.peers[0] == "none") o.peers.clear();
+  if (o.transports.size() == 1 && o.transports[0] == "all") o.transports = all_transports;
+  auto known = [](const std::vector<std::string>& names, const std::vector<std::string>& allowed,
+                  const char* what) {
+    for (const auto& n : names) {
+      bool ok = false;
+      for (const auto& a : allowed) ok = ok || a == n;
+      if (!ok && n != "none")
+        throw std::invalid_argument(std::string("unknown ") + what + " '" + n + "'");
+    }
+  };
+  known(o.algos, all_algos, "algorithm");
+  known(o.transports, all_transports, "transport");
+  known(o.peers, all_peers, "peer");
+  return o;
+}
+
+/// The message sizes of the sweep: min, min*f, ... <= max (each rounded down to whole
+/// elements of `elem` bytes, duplicates and zero sizes dropped).
+inline std::vector<std::size_t> sweep_sizes(const options& o, std::size_t elem) {
+  std::vector<std::size_t> out;
+  for (double b = static_cast<double>(o.min_bytes);
+       b <= static_cast<double>(o.max_bytes) * 1.0000001; b *= o.factor) {
+    const std::size_t bytes = static_cast<std::size_t>(b) / elem * elem;
+    if (bytes && (out.empty() || out.back() != bytes)) out.push_back(bytes);
+  }
+  return out;
+}
+
+/// Timed iterations at `bytes` (all ranks compute the same number).
+inline std::size_t iters_for(const options& o, std::size_t bytes) {
+  if (o.iter_bytes == 0 || bytes == 0) return o.iters;
+  const std::size_t cap = std::max<std::size_t>(3, o.iter_bytes / bytes);
+  return std::min(o.iters, cap);
+}
+
+}  // namespace gradsync::bench

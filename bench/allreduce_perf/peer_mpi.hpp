@@ -1,0 +1,94 @@
+// Peer: MPI_Allreduce of the MPI this binary was built against (in place). half and
+// bfloat16 have no MPI datatype, so they travel as 16-bit words reduced by a user op
+// (what an application on this MPI would have to do); avg is MPI_SUM then a divide.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "common/mpi_group.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/op.hpp"
+#include "gradsync/kernels/host.hpp"
+#include "options.hpp"
+#include "sweep.hpp"
+
+namespace gradsync::bench {
+
+namespace detail {
+/// MPI user op for element types MPI lacks: inout[i] = combine(inout[i], in[i]).
+template <class T, class Op>
+void mpi_user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  kernels::reduce_into(static_cast<T*>(inout), static_cast<const T*>(in),
+                       static_cast<std::size_t>(*len), Op{});
+}
+
+template <class T>
+MPI_Datatype mpi_type() {
+  if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return MPI_INT64_T;
+  else
+    return MPI_UINT16_T;  // half, bfloat16: reduced by a user op
+}
+
+inline MPI_Op mpi_builtin_op(reduce_op o) {
+  switch (o) {
+    case reduce_op::prod:
+      return MPI_PROD;
+    case reduce_op::min:
+      return MPI_MIN;
+    case reduce_op::max:
+      return MPI_MAX;
+    case reduce_op::sum:
+    case reduce_op::avg:
+      break;
+  }
+  return MPI_SUM;
+}
+}  // namespace detail
+
+/// Sweeps MPI_Allreduce over the ranks of `g`; returns the number of wrong elements.
+inline std::uint64_t run_mpi_peer(mpi_group& g, const options& o, csv_writer& csv,
+                                  const std::string& mpi_name) {
+  std::uint64_t wrong = 0;
+  visit_dtype(o.type, [&](auto tv) {
+    using T = std::remove_cvref_t<decltype(tv)>;
+    visit_op(o.op, [&](auto opv) {
+      using Op = std::remove_cvref_t<decltype(opv)>;
+      if constexpr (Op::id == reduce_op::avg && !is_floating_element_v<T>) {
+        throw std::invalid_argument("op avg needs a floating-point type");
+      } else {
+        constexpr bool builtin = !std::is_same_v<T, half> && !std::is_same_v<T, bfloat16>;
+        using reduce_t = std::conditional_t<Op::id == reduce_op::avg, op::sum_t, Op>;
+        MPI_Op mop = detail::mpi_builtin_op(o.op);
+        if constexpr (!builtin) {
+          MPI_Op_create(&detail::mpi_user_reduce<T, reduce_t>, 1, &mop);
+        }
+        const MPI_Datatype mt = detail::mpi_type<T>();
+        const MPI_Comm comm = g.comm();
+        const std::size_t n = g.size();
+        subject<T> s;
+        s.label = make_label("peer", "MPI_Allreduce", "-", "native", mpi_name, o);
+        s.run = [=](std::span<T> d) {
+          MPI_Allreduce(MPI_IN_PLACE, d.data(), static_cast<int>(d.size()), mt, mop, comm);
+          if constexpr (Op::id == reduce_op::avg) kernels::finalize(d.data(), d.size(), n, Op{});
+        };
+        wrong += sweep(g, o, s, csv).wrong;
+        if constexpr (!builtin) MPI_Op_free(&mop);
+      }
+    });
+  });
+  return wrong;
+}
+
+}  // namespace gradsync::bench
