@@ -1,0 +1,187 @@
+// Command-line flags of the mini-trainer and their validation. Every flag that changes
+// the arithmetic (model shape, global batch, seed, exact mode) is also recorded in the
+// checkpoint, so a resume with different values is refused with a message naming both.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mini_trainer {
+
+/// A bad flag, a bad file or a bad checkpoint: the message says what and where.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct config {
+  std::string transport = "local";  // local | shm | mpi
+  std::string algo = "ring";        // ring | tree | halving_doubling | direct | auto
+  std::string fusion = "none";      // none | bucket
+  double bucket_mb = 1.0;           // bucket size for --fusion bucket
+  std::size_t ranks = 1;            // in-process ranks (local, shm)
+  std::size_t epochs = 2;
+  std::size_t batch = 128;  // global batch, split across ranks
+  float lr = 0.02f;
+  float momentum = 0.9f;
+  std::uint64_t seed = 1;
+  std::vector<std::size_t> hidden = {256, 128};  // hidden layer widths
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::size_t limit = 0;             // use only the first N training (and test) samples; 0 = all
+  std::string checkpoint_dir;        // empty: no checkpoints
+  std::size_t checkpoint_every = 0;  // global steps between checkpoints; 0 = epoch ends only
+  bool resume = false;
+  bool exact_grads = false;          // quantized math so gradient sums are exact (tests)
+  std::size_t progress_every = 100;  // steps between progress lines; 0 = none
+  bool print_grad_hash = false;      // print the synced gradient's hash every step (tests)
+  std::size_t stop_after = 0;        // stop after this many global steps (tests); 0 = never
+  long inject_divergence = -1;       // rank whose weights get perturbed (tests); -1 = none
+  bool quiet = false;                // only errors and the final line
+};
+
+inline const char* usage_text() {
+  return "usage: mini_trainer [flags]\n"
+         "  --transport local|shm|mpi   who moves the bytes (default local)\n"
+         "  --algo ring|tree|halving_doubling|direct|auto   allreduce algorithm (ring)\n"
+         "  --fusion none|bucket        one allreduce per tensor, or bucketed (none)\n"
+         "  --bucket-mb X               bucket size in MiB for --fusion bucket (1)\n"
+         "  --ranks N                   in-process ranks for --transport local/shm (1)\n"
+         "  --epochs N (2)  --batch N global batch (128)  --lr X (0.02)  --momentum X (0.9)\n"
+         "  --seed N (1)    --hidden A,B hidden layer widths (256,128)\n"
+         "  --data DIR                  Fashion-MNIST IDX .gz files\n"
+         "                              (/usr/share/datasets/fashion-mnist)\n"
+         "  --limit N                   use the first N training and test samples\n"
+         "  --checkpoint DIR --checkpoint-every K   atomic checkpoints every K steps\n"
+         "  --resume                    continue from the latest checkpoint in DIR\n"
+         "  --exact-grads               exactly summable gradients (test mode)\n"
+         "  --progress-every N          steps between progress lines (100; 0 = off)\n"
+         "  --quiet                     print only the final line\n"
+         "test hooks: --print-grad-hash --stop-after STEPS --inject-divergence RANK\n";
+}
+
+namespace detail {
+
+inline std::uint64_t parse_uint(std::string_view flag, const std::string& v) {
+  char* end = nullptr;
+  const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || v[0] == '-') {
+    throw usage_error(std::string(flag) + " needs a non-negative integer, got '" + v + "'");
+  }
+  return x;
+}
+
+inline double parse_double(std::string_view flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0') {
+    throw usage_error(std::string(flag) + " needs a number, got '" + v + "'");
+  }
+  return x;
+}
+
+inline bool is_pow2(std::size_t x) {
+  return x && !(x & (x - 1));
+}
+
+}  // namespace detail
+
+/// Parses argv; throws usage_error naming the flag on anything it cannot use.
+inline config parse_args(int argc, char** argv) {
+  config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw usage_error(std::string(a) + " needs a value");
+      return argv[++i];
+    };
+    using detail::parse_double;
+    using detail::parse_uint;
+    if (a == "--transport")
+      c.transport = value();
+    else if (a == "--algo")
+      c.algo = value();
+    else if (a == "--fusion")
+      c.fusion = value();
+    else if (a == "--bucket-mb")
+      c.bucket_mb = parse_double(a, value());
+    else if (a == "--ranks")
+      c.ranks = parse_uint(a, value());
+    else if (a == "--epochs")
+      c.epochs = parse_uint(a, value());
+    else if (a == "--batch")
+      c.batch = parse_uint(a, value());
+    else if (a == "--lr")
+      c.lr = static_cast<float>(parse_double(a, value()));
+    else if (a == "--momentum")
+      c.momentum = static_cast<float>(parse_double(a, value()));
+    else if (a == "--seed")
+      c.seed = parse_uint(a, value());
+    else if (a == "--data")
+      c.data_dir = value();
+    else if (a == "--limit")
+      c.limit = parse_uint(a, value());
+    else if (a == "--checkpoint")
+      c.checkpoint_dir = value();
+    else if (a == "--checkpoint-every")
+      c.checkpoint_every = parse_uint(a, value());
+    else if (a == "--resume")
+      c.resume = true;
+    else if (a == "--exact-grads")
+      c.exact_grads = true;
+    else if (a == "--progress-every")
+      c.progress_every = parse_uint(a, value());
+    else if (a == "--print-grad-hash")
+      c.print_grad_hash = true;
+    else if (a == "--stop-after")
+      c.stop_after = parse_uint(a, value());
+    else if (a == "--inject-divergence")
+      c.inject_divergence = static_cast<long>(parse_uint(a, value()));
+    else if (a == "--quiet")
+      c.quiet = true;
+    else if (a == "--hidden") {
+      c.hidden.clear();
+      const std::string v = value();
+      std::size_t pos = 0;
+      while (pos <= v.size()) {
+        const std::size_t comma = std::min(v.find(',', pos), v.size());
+        const std::uint64_t w = parse_uint(a, v.substr(pos, comma - pos));
+        if (w == 0) throw usage_error("--hidden widths must be positive, got '" + v + "'");
+        c.hidden.push_back(w);
+        pos = comma + 1;
+      }
+    } else if (a == "--help" || a == "-h") {
+      throw usage_error(usage_text());
+    } else {
+      throw usage_error("unknown flag '" + std::string(a) + "'\n" + usage_text());
+    }
+  }
+  if (c.batch == 0) throw usage_error("--batch must be positive");
+  if (c.ranks == 0) throw usage_error("--ranks must be positive");
+  if (c.epochs == 0) throw usage_error("--epochs must be positive");
+  if (c.fusion != "none" && c.fusion != "bucket") {
+    throw usage_error("--fusion must be none or bucket, got '" + c.fusion + "'");
+  }
+  if (c.bucket_mb <= 0) throw usage_error("--bucket-mb must be positive");
+  if (c.resume && c.checkpoint_dir.empty()) {
+    throw usage_error("--resume needs --checkpoint DIR (where to find the latest checkpoint)");
+  }
+  if (c.checkpoint_every && c.checkpoint_dir.empty()) {
+    throw usage_error("--checkpoint-every needs --checkpoint DIR");
+  }
+  if (c.exact_grads) {
+    // Exactness argument (model.hpp): per-sample products are multiples of 2^-14 below
+    // 2 in magnitude, so a batch of <= 512 sums within float's 24-bit significand, and
+    // the power-of-two scales n/B and 1/n are exact.
+    if (!detail::is_pow2(c.batch) || c.batch > 512) {
+      throw usage_error("--exact-grads needs a power-of-two --batch <= 512, got " +
+                        std::to_string(c.batch));
+    }
+  }
+  return c;
+}
+
+}  // namespace mini_trainer

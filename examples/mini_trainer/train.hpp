@@ -1,0 +1,304 @@
+// The data-parallel training loop, written once against the transport concept and
+// instantiated per (transport, algorithm, fusion) by dispatch.hpp.
+//
+// Per step: the global batch (a slice of this epoch's shuffled order, which depends only
+// on the seed) is cut into n contiguous shards; each rank runs forward/backward on its
+// shard, scaling its summed gradient by n/B so that op::avg yields the global mean even
+// when B is not divisible by n; gradsync averages the gradients; every rank applies the
+// same SGD-with-momentum update to identical weights. Every epoch the ranks compare a
+// hash of their weights and stop with an error naming the ranks that differ.
+#pragma once
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gradsync/gradsync.hpp>
+#include <gradsync/testing/exact_inputs.hpp>
+
+#include "checkpoint.hpp"
+#include "config.hpp"
+#include "data.hpp"
+#include "grad_sync.hpp"
+#include "model.hpp"
+#include "rng.hpp"
+
+namespace mini_trainer {
+
+/// What every rank of a process shares read-only: flags, data, the starting state.
+struct run_context {
+  const config& cfg;
+  const dataset& train;
+  const dataset& test;
+  const mlp_shape& shape;
+  const train_state& start;  // fresh (epoch 0) or loaded from a checkpoint
+  std::string start_path;    // checkpoint it came from, "" when fresh
+};
+
+/// Weights diverged between ranks (names them).
+struct replica_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+inline std::uint64_t weights_hash(const std::vector<float>& w) {
+  return gradsync::testing::fnv1a64(w.data(), w.size() * sizeof(float));
+}
+
+inline std::string hex64(std::uint64_t h) {
+  char b[20];
+  std::snprintf(b, sizeof b, "%016" PRIx64, h);
+  return b;
+}
+
+/// Runs the whole training on rank t.rank(); returns the final line (same on every rank).
+template <class Tr, class Algo, class Fusion>
+std::string train_rank(Tr& t, const run_context& ctx) {
+  namespace gs = gradsync;
+  using clk = std::chrono::steady_clock;
+  const config& cfg = ctx.cfg;
+  const std::size_t n = t.size(), r = t.rank(), B = cfg.batch;
+  const bool lead = r == 0 && !cfg.quiet;
+  auto say = [&](const char* fmt, auto... a) {
+    if (lead) {
+      std::printf(fmt, a...);
+      std::fflush(stdout);
+    }
+  };
+
+  if (B < n) {
+    throw usage_error("--batch " + std::to_string(B) + " is smaller than the " + std::to_string(n) +
+                      " ranks; every rank needs at least one sample");
+  }
+  if (cfg.exact_grads && (n & (n - 1))) {
+    throw usage_error("--exact-grads needs a power-of-two rank count (1, 2, 4, ...), got " +
+                      std::to_string(n));
+  }
+  const std::size_t steps_per_epoch = ctx.train.n / B;
+  if (steps_per_epoch == 0) {
+    throw usage_error("the training set has " + std::to_string(ctx.train.n) +
+                      " samples, fewer than one global batch of " + std::to_string(B));
+  }
+
+  train_state st = ctx.start;  // this rank's copy
+  std::vector<float>& w = st.params;
+  std::vector<float>& v = st.momentum_buf;
+  std::vector<float> g(w.size(), 0.0f);
+  const std::size_t max_shard = (B + n - 1) / n;
+  const std::size_t eval_chunk = 256;
+  mlp net(ctx.shape, std::max(max_shard, eval_chunk), cfg.exact_grads);
+  grad_sync<Tr, Algo, Fusion> sync(t, ctx.shape.tensors(g), cfg.bucket_mb);
+  std::vector<std::uint8_t> y(std::max(max_shard, eval_chunk));
+
+  // Small collectives on doubles: statistics and hashes (sums of integers below 2^53
+  // and of values added to zeros are exact, so every rank gets the same bits).
+  auto allreduce_sum = [&](std::vector<double>& x) {
+    gs::allreduce<Algo>(t, std::span<double>(x), gs::op::sum);
+  };
+
+  auto replica_check = [&](const std::string& when) {
+    const std::uint64_t h = weights_hash(w);
+    std::vector<double> all(2 * n, 0.0);
+    all[2 * r] = static_cast<double>(h >> 32);
+    all[2 * r + 1] = static_cast<double>(h & 0xffffffffu);
+    allreduce_sum(all);
+    auto of = [&](std::size_t q) {
+      return (static_cast<std::uint64_t>(all[2 * q]) << 32) |
+             static_cast<std::uint64_t>(all[2 * q + 1]);
+    };
+    std::string bad;
+    for (std::size_t q = 1; q < n; ++q) {
+      if (of(q) != of(0)) bad += (bad.empty() ? "" : ", ") + std::to_string(q);
+    }
+    if (!bad.empty()) {
+      std::string detail;
+      for (std::size_t q = 0; q < n; ++q) {
+        detail += "\n  rank " + std::to_string(q) + ": weights_fnv64=" + hex64(of(q));
+      }
+      throw replica_error("replica check " + when + " failed: the weights of rank(s) " + bad +
+                          " differ from rank 0's; training stopped" + detail);
+    }
+  };
+
+  auto evaluate = [&]() {
+    const std::size_t N = ctx.test.n, lo = r * N / n, hi = (r + 1) * N / n;
+    std::vector<std::uint32_t> idx(eval_chunk);
+    double correct = 0;
+    for (std::size_t s = lo; s < hi; s += eval_chunk) {
+      const std::size_t m = std::min(eval_chunk, hi - s);
+      for (std::size_t i = 0; i < m; ++i) idx[i] = static_cast<std::uint32_t>(s + i);
+      gather_batch(ctx.test, idx.data(), m, net.input(), y.data());
+      correct += static_cast<double>(net.forward(w, y.data(), m).correct);
+    }
+    std::vector<double> c{correct};
+    allreduce_sum(c);
+    return c[0] / static_cast<double>(N);
+  };
+
+  if (!ctx.start_path.empty()) {
+    say("resumed from %s: epoch %zu, step %zu of %zu, global step %zu\n", ctx.start_path.c_str(),
+        std::size_t(st.epoch + 1), std::size_t(st.step_in_epoch), steps_per_epoch,
+        std::size_t(st.global_step));
+    if (st.ranks != n) {
+      say("resuming with %zu ranks a checkpoint written by %zu ranks: same global batch %zu and "
+          "data order; the shards differ, so the gradient sums are grouped differently (bitwise "
+          "identical only with --exact-grads)\n",
+          n, std::size_t(st.ranks), B);
+    }
+    if (st.algo != cfg.algo || st.fusion != cfg.fusion) {
+      say("note: checkpoint written with --algo %s --fusion %s, continuing with --algo %s "
+          "--fusion %s\n",
+          st.algo.c_str(), st.fusion.c_str(), cfg.algo.c_str(), cfg.fusion.c_str());
+    }
+    replica_check("after loading the checkpoint");
+  } else {
+    say("mini_trainer: model %s (%zu parameters), %zu ranks, transport %s, algo %s, fusion %s, "
+        "global batch %zu (%zu per rank), lr %g, momentum %g, %zu train / %zu test samples%s\n",
+        ctx.shape.str().c_str(), w.size(), n, std::string(Tr::name).c_str(),
+        std::string(Algo::name).c_str(), cfg.fusion.c_str(), B, max_shard, double(cfg.lr),
+        double(cfg.momentum), ctx.train.n, ctx.test.n, cfg.exact_grads ? ", exact grads" : "");
+  }
+
+  // Checkpoints written from here on describe this run.
+  st.ranks = n, st.algo = cfg.algo, st.fusion = cfg.fusion, st.transport = std::string(Tr::name);
+  st.lr = cfg.lr, st.momentum = cfg.momentum;
+
+  // Running statistics of the epoch: `run` is reduced across ranks (same on all),
+  // `mine` is this rank's part since the last reduction.
+  double run_loss = st.loss_sum, run_correct = st.correct, run_seen = st.seen;
+  double mine_loss = 0, mine_correct = 0, mine_seen = 0;
+  auto reduce_stats = [&] {
+    std::vector<double> x{mine_loss, mine_correct, mine_seen};
+    allreduce_sum(x);
+    run_loss += x[0], run_correct += x[1], run_seen += x[2];
+    mine_loss = mine_correct = mine_seen = 0;
+  };
+
+  std::vector<std::uint32_t> shard_idx(max_shard);
+  rng order;
+  bool stopped = false;
+  for (std::size_t epoch = st.epoch; epoch < cfg.epochs && !stopped; ++epoch) {
+    order.set_state(st.epoch_rng);
+    const std::vector<std::uint32_t> perm = order.permutation(ctx.train.n);
+    double step_s = 0, sync_s = 0;  // this rank's time in steps and in gradient sync
+    double win_step = 0, win_sync = 0;
+    std::size_t win_steps = 0;
+    const auto epoch_t0 = clk::now();
+    auto win_t0 = epoch_t0;
+    const std::size_t first_step = st.step_in_epoch;
+    for (std::size_t s = first_step; s < steps_per_epoch; ++s) {
+      const auto t0 = clk::now();
+      const std::size_t lo = r * B / n, hi = (r + 1) * B / n, m = hi - lo;
+      for (std::size_t i = 0; i < m; ++i) shard_idx[i] = perm[s * B + lo + i];
+      gather_batch(ctx.train, shard_idx.data(), m, net.input(), y.data());
+      const auto bs = net.forward(w, y.data(), m);
+      net.backward(w, y.data(), m, static_cast<float>(double(n) / double(B)), g,
+                   [&](std::size_t l) { sync.layer_ready(l); });
+      const auto ts = clk::now();
+      sync.finish();
+      const auto te = clk::now();
+      sgd_momentum_step(w, v, g, cfg.lr, cfg.momentum);
+      const auto t1 = clk::now();
+      const double dt = std::chrono::duration<double>(t1 - t0).count();
+      const double ds = std::chrono::duration<double>(te - ts).count();
+      step_s += dt, sync_s += ds, win_step += dt, win_sync += ds, ++win_steps;
+      mine_loss += bs.loss_sum, mine_correct += double(bs.correct), mine_seen += double(m);
+      ++st.global_step;
+      st.step_in_epoch = s + 1;
+      if (cfg.print_grad_hash && r == 0) {
+        std::printf("grad step=%zu fnv64=%s\n", std::size_t(st.global_step),
+                    hex64(gradsync::testing::fnv1a64(g.data(), g.size() * sizeof(float))).c_str());
+        std::fflush(stdout);
+      }
+      const bool progress =
+          cfg.progress_every && (s + 1) % cfg.progress_every == 0 && s + 1 < steps_per_epoch;
+      const bool ckpt = cfg.checkpoint_every && st.global_step % cfg.checkpoint_every == 0;
+      if (progress || ckpt) reduce_stats();
+      if (progress) {
+        const double wall = std::chrono::duration<double>(clk::now() - win_t0).count();
+        say("  epoch %zu step %5zu/%zu  loss %.4f  train_acc %.4f  %8.0f samples/s  sync %.1f "
+            "ms/step "
+            "(%.0f%% of step)\n",
+            epoch + 1, s + 1, steps_per_epoch, run_loss / run_seen, run_correct / run_seen,
+            double(win_steps * B) / wall, 1e3 * win_sync / double(win_steps),
+            100.0 * win_sync / win_step);
+        win_t0 = clk::now(), win_step = win_sync = 0, win_steps = 0;
+      }
+      if (ckpt) {
+        st.loss_sum = run_loss, st.correct = run_correct, st.seen = run_seen;
+        if (r == 0) {
+          const std::string p = save_checkpoint(cfg.checkpoint_dir, st);
+          say("  checkpoint %s (epoch %zu step %zu)\n", p.c_str(), epoch + 1, s + 1);
+        }
+      }
+      if (cfg.stop_after && st.global_step >= cfg.stop_after) {
+        stopped = true;
+        break;
+      }
+    }
+    if (stopped) break;
+    reduce_stats();
+    const double train_s = std::chrono::duration<double>(clk::now() - epoch_t0).count();
+    const std::size_t steps_run = steps_per_epoch - first_step;
+    if (cfg.inject_divergence == static_cast<long>(r)) w[0] += 1e-3f;
+    replica_check("after epoch " + std::to_string(epoch + 1));
+    const double acc = evaluate();
+    st.last_test_acc = acc;
+    st.last_loss = run_loss / run_seen;
+    say("epoch %zu/%zu  loss %.4f  train_acc %.4f  test_acc %.4f  %.0f samples/s  sync %.1f%% of "
+        "step time (%.2f s of %.2f s)  replicas identical\n",
+        epoch + 1, cfg.epochs, st.last_loss, run_correct / run_seen, acc,
+        double(steps_run * B) / train_s, step_s > 0 ? 100.0 * sync_s / step_s : 0.0, sync_s,
+        step_s);
+    // The next epoch starts from the RNG state after this epoch's shuffle.
+    st.epoch = epoch + 1;
+    st.step_in_epoch = 0;
+    st.epoch_rng = order.state();
+    run_loss = run_correct = run_seen = 0;
+    st.loss_sum = st.correct = st.seen = 0;
+    if (!cfg.checkpoint_dir.empty() && r == 0) {
+      const std::string p = save_checkpoint(cfg.checkpoint_dir, st);
+      say("  checkpoint %s (end of epoch %zu)\n", p.c_str(), epoch + 1);
+    }
+  }
+  if (stopped) {
+    replica_check("at --stop-after");
+    say("stopped after global step %zu (--stop-after)\n", std::size_t(st.global_step));
+  }
+
+  char line[160];
+  std::snprintf(line, sizeof line, "final epoch=%zu test_acc=%.4f loss=%.4f weights_fnv64=%s",
+                std::size_t(st.epoch), st.last_test_acc < 0 ? 0.0 : st.last_test_acc,
+                st.last_loss < 0 ? 0.0 : st.last_loss, hex64(weights_hash(w)).c_str());
+  return line;
+}
+
+/// The starting state: fresh from the seed, or the latest checkpoint in --checkpoint DIR.
+inline train_state initial_state(const config& cfg, const mlp_shape& shape, std::size_t ranks,
+                                 std::string& from_path) {
+  from_path.clear();
+  if (cfg.resume) {
+    from_path = latest_checkpoint(cfg.checkpoint_dir);
+    if (!from_path.empty()) {
+      train_state s = load_checkpoint(from_path);
+      check_compatible(s, from_path, cfg, shape);
+      return s;
+    }
+  }
+  train_state s;
+  s.dims = shape.dims;
+  s.batch = cfg.batch, s.seed = cfg.seed, s.exact = cfg.exact_grads;
+  s.lr = cfg.lr, s.momentum = cfg.momentum;
+  s.epoch_rng = rng(cfg.seed).state();
+  s.ranks = ranks;
+  s.algo = cfg.algo, s.fusion = cfg.fusion, s.transport = cfg.transport;
+  mlp::init_params(shape, cfg.seed, s.params);
+  s.momentum_buf.assign(s.params.size(), 0.0f);
+  return s;
+}
+
+}  // namespace mini_trainer
