@@ -1,0 +1,138 @@
+// Kernels of transport::cuda_ipc: one-shot and two-shot allreduce reading the peers'
+// staging buffers directly (cudaIpc-mapped device memory), with the cross-process
+// barrier built from flags in device memory.
+//
+// Memory model (PTX ISA, "Memory Consistency Model"): each rank owns a flag array that
+// every rank can write: flags[src][block]. A barrier is
+//   1. every thread: fence.sc.sys (__threadfence_system) then bar.sync - all of the
+//      block's earlier writes (its reduced slice; and the copy-in, which stream order
+//      made happen-before the kernel) are ordered before what follows;
+//   2. thread k < nranks: st.release.sys flags_of_rank_k[me][block] = epoch - a release
+//      at SYSTEM scope, because the reader is another process (possibly another GPU);
+//   3. threads poll ld.acquire.sys on this rank's flags[src][b] for every src and every
+//      block b of the grid until >= epoch (a grid-wide barrier across ranks: every
+//      element a peer wrote is visible whichever of its blocks wrote it);
+//   4. bar.sync - extends the acquire to every thread of the block, whose following
+//      plain loads of peer memory are then ordered after the peers' writes.
+// Epochs only grow (the host counts barriers, identically on every rank), so flags are
+// never reset and a fast peer's newer epoch still satisfies ">= epoch". A rank waits for
+// every block of every peer, so the grid must be resident at once: the host caps it at
+// 4 blocks per multiprocessor, and every rank must compute the same grid (same GPU model).
+// Each poll loop gives up at a deadline read from %globaltimer, sets *status = 1 and the
+// kernel exits; the host turns that into errc::timeout at synchronize().
+#pragma once
+
+#if !defined(__CUDACC__)
+#error "gradsync/kernels/ipc.cuh holds CUDA kernels: include it only from a .cu file compiled by nvcc (transport::cuda_ipc's allreduce needs nvcc)"
+#endif
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gradsync/kernels/device_body.hpp"
+#include "gradsync/kernels/device_pack.hpp"
+#include "gradsync/kernels/functors.hpp"
+
+namespace gradsync::kernels::ipc {
+
+/// Most ranks (processes) of one cuda_ipc group, and most blocks of one launch.
+inline constexpr std::size_t max_ranks = body::max_sources;
+inline constexpr std::size_t max_blocks = 1024;
+/// Bytes of one rank's flag array: flags[src][block].
+inline constexpr std::size_t flag_bytes = max_ranks * max_blocks * sizeof(unsigned);
+
+/// Two-shot slice k of `count`: a multiple of 16 bytes long (the last takes the rest), so
+/// every slice starts 16-byte aligned and the reduce and the copies use 16-byte accesses.
+struct slice {
+  std::size_t offset, count;
+};
+template <class T>
+GRADSYNC_HOST_DEVICE inline slice slice_of(std::size_t count, std::size_t n, std::size_t k) {
+  constexpr std::size_t w = 16 / sizeof(T);
+  const std::size_t per = (count + n * w - 1) / (n * w) * w;
+  const std::size_t off = k * per < count ? k * per : count;
+  return {off, count - off < per ? count - off : per};
+}
+
+/// Everything one launch needs, passed by value.
+template <class T>
+struct args {
+  T* data[max_ranks];            ///< every rank's staging half for this chunk ([rank] = own)
+  unsigned* flags[max_ranks];    ///< every rank's flag array
+  T* out;                        ///< this rank's output (the caller's buffer)
+  std::size_t count;             ///< elements in this chunk
+  unsigned rank, nranks;
+  unsigned epoch;                ///< epoch of the first barrier (two-shot uses epoch + 1 too)
+  unsigned long long timeout_ns; ///< per-barrier budget
+  int* status;                   ///< set to 1 on timeout
+};
+
+__device__ inline unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/// Grid-wide barrier across all ranks; false if it timed out (then *status == 1).
+template <class T>
+__device__ bool barrier(const args<T>& a, unsigned epoch) {
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x < a.nranks) {
+    unsigned* slot = a.flags[threadIdx.x] + a.rank * max_blocks + blockIdx.x;
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(slot), "r"(epoch) : "memory");
+  }
+  const unsigned long long until = global_ns() + a.timeout_ns;
+  bool ok = true;
+  const unsigned* mine = a.flags[a.rank];
+  for (unsigned i = threadIdx.x; ok && i < a.nranks * gridDim.x; i += blockDim.x) {
+    const unsigned* f = mine + (i / gridDim.x) * max_blocks + (i % gridDim.x);
+    for (unsigned spins = 0;; ++spins) {
+      unsigned v;
+      asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+      if (static_cast<int>(v - epoch) >= 0) break;
+      if ((spins & 255u) == 255u && global_ns() > until) {
+        atomicExch(a.status, 1);
+        ok = false;
+        break;
+      }
+    }
+  }
+  return __syncthreads_and(ok) != 0;
+}
+
+/// One-shot: every rank reduces the whole chunk from every rank's staging buffer, in
+/// rank order, straight into its output.
+template <class T, class Op>
+__global__ void __launch_bounds__(256) one_shot_kernel(args<T> a) {
+  if (!barrier(a, a.epoch)) return;
+  body::sources<T> in{};
+  in.count = a.nranks;
+  for (unsigned k = 0; k < max_ranks; ++k) in.p[k] = k < a.nranks ? a.data[k] : nullptr;
+  const std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  body::reduce_sources<T, Op>(a.out, in, a.count, t, static_cast<std::size_t>(gridDim.x) * blockDim.x);
+}
+
+/// Two-shot: rank r reduces slice r from everyone into its own staging buffer, a
+/// barrier publishes the slices, and every rank copies every slice to its output.
+template <class T, class Op>
+__global__ void __launch_bounds__(256) two_shot_kernel(args<T> a) {
+  if (!barrier(a, a.epoch)) return;
+  const std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t nt = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  const slice mine = slice_of<T>(a.count, a.nranks, a.rank);
+  body::sources<T> in{};
+  in.count = a.nranks;
+  for (unsigned k = 0; k < max_ranks; ++k) in.p[k] = k < a.nranks ? a.data[k] + mine.offset : nullptr;
+  body::reduce_sources<T, Op>(a.data[a.rank] + mine.offset, in, mine.count, t, nt);
+  if (!barrier(a, a.epoch + 1)) return;
+  for (unsigned k = 0; k < a.nranks; ++k) {
+    const slice s = slice_of<T>(a.count, a.nranks, k);
+    const copy_piece p{a.data[k] + s.offset, a.out + s.offset, s.count * sizeof(T)};
+    body::copy_piece_part(p, t, nt);
+  }
+}
+
+}  // namespace gradsync::kernels::ipc

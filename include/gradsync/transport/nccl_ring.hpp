@@ -1,0 +1,70 @@
+// algo::nccl_ring — the ring allreduce on transport::nccl, written so that every NCCL
+// group is matched: at each of the 2(n-1) steps every rank puts exactly {send one chunk
+// to the right, receive one chunk from the left} in one group, so the group of rank r
+// and the group of rank r+1 complete together (no cycle of unmatched sends, see
+// nccl.hpp). The received chunk lands in device scratch and is reduced into place by a
+// kernel on the same stream (the last reduce-scatter step fuses the avg division);
+// the allgather receives straight into place. Each element is reduced once, by its
+// owner, then copied: bitwise-identical results on every rank. Nothing waits on the host.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include "gradsync/algorithm/concept.hpp"
+#include "gradsync/algorithm/detail/partition.hpp"
+#include "gradsync/core/device_memory.hpp"
+#include "gradsync/transport/nccl.hpp"
+
+#if defined(__CUDACC__)
+#include "gradsync/kernels/elementwise.cuh"
+#endif
+
+namespace gradsync::algo {
+
+struct nccl_ring {
+  static constexpr std::string_view name = "nccl_ring";
+  static constexpr bool needs_peer_access = false;
+  static constexpr bool needs_native = false;
+
+  template <class T, class Op>
+  static void run_device(transport::nccl& t, device_span<T> data, Op op, const call_context& ctx) {
+#if defined(__CUDACC__)
+    const std::size_t n = t.size(), r = t.rank(), count = data.size();
+    cudaStream_t s = t.stream();
+    if (n == 1 || count == 0) {
+      t.executor().finalize(data.data(), count, n, op);
+      return;
+    }
+    const std::size_t right = (r + 1) % n, left = (r + n - 1) % n;
+    T* base = data.data();
+    auto chunk = [&](std::size_t c) { return detail::part(count, n, c % n); };
+    T* buf = static_cast<T*>(t.device_scratch(chunk(0).count * sizeof(T)));  // largest chunk
+    // Reduce-scatter: step k sends chunk r-k, receives chunk r-k-1 and reduces it in.
+    for (std::size_t k = 0; k + 1 < n; ++k) {
+      const detail::range sc = chunk(r + n - k), rc = chunk(r + 2 * n - k - 1);
+      auto sq = t.isend(right, base + sc.offset, sc.count * sizeof(T), ctx.tag);
+      auto rq = t.irecv(left, buf, rc.count * sizeof(T), ctx.tag);
+      t.wait(sq, ctx.until);  // one group: {send, recv}
+      t.wait(rq, ctx.until);
+      const bool last = k + 2 == n;  // rc is then the chunk this rank owns
+      kernels::device::reduce_into(base + rc.offset, buf, rc.count, op, s, last ? n : 0);
+    }
+    // Allgather: step k forwards chunk r+1-k, receives chunk r-k in place.
+    for (std::size_t k = 0; k + 1 < n; ++k) {
+      const detail::range sc = chunk(r + 1 + n - k), rc = chunk(r + n - k);
+      auto sq = t.isend(right, base + sc.offset, sc.count * sizeof(T), ctx.tag);
+      auto rq = t.irecv(left, base + rc.offset, rc.count * sizeof(T), ctx.tag);
+      t.wait(sq, ctx.until);
+      t.wait(rq, ctx.until);
+    }
+#else
+    (void)t, (void)data, (void)op, (void)ctx;
+    static_assert(sizeof(T) == 0,
+                  "gradsync: algo::nccl_ring reduces with CUDA kernels; compile this "
+                  "translation unit with nvcc (a .cu file), or use algo::native from host code");
+#endif
+  }
+};
+
+}  // namespace gradsync::algo
