@@ -22,7 +22,7 @@ struct config {
   std::string transport = "local";  // local | shm | mpi
   std::string algo = "ring";        // ring | tree | halving_doubling | direct | auto
   std::string fusion = "none";      // none | bucket
-  double bucket_mb = 1.0;           // bucket size for --fusion bucket
+  double bucket_mb = 1.0;           // bucket size for --fusion bucket (0.25, 1, 4, 25)
   std::size_t ranks = 1;            // in-process ranks (local, shm)
   std::size_t epochs = 2;
   std::size_t batch = 128;  // global batch, split across ranks
@@ -48,7 +48,8 @@ inline const char* usage_text() {
          "  --transport local|shm|mpi   who moves the bytes (default local)\n"
          "  --algo ring|tree|halving_doubling|direct|auto   allreduce algorithm (ring)\n"
          "  --fusion none|bucket        one allreduce per tensor, or bucketed (none)\n"
-         "  --bucket-mb X               bucket size in MiB for --fusion bucket (1)\n"
+         "  --bucket-mb X               bucket size in MiB for --fusion bucket: 0.25, 1, 4, 25 "
+         "(1)\n"
          "  --ranks N                   in-process ranks for --transport local/shm (1)\n"
          "  --epochs N (2)  --batch N global batch (128)  --lr X (0.02)  --momentum X (0.9)\n"
          "  --seed N (1)    --hidden A,B hidden layer widths (256,128)\n"

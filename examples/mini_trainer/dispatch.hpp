@@ -1,11 +1,13 @@
 // Flags -> compile-time instantiations. For a transport Tr, table<Tr>() lists one entry
-// per (--algo, --fusion) pair that composes with Tr, each pointing at
-// train_rank<Tr, Algorithm, Fusion>. Adding a policy is one line in add_algorithms (or
-// in the fusion list of add_algorithm); a pair that does not compose (algo::direct
-// without peer access) is left out at compile time and refused at run time with the
-// list of what this transport supports.
+// per (--algo, --fusion, --bucket-mb) choice that composes with Tr, each holding a
+// factory for the matching gradient_sync instantiation. Adding an algorithm is one line
+// in table(); a bucket size, one line in add_algorithm(). A choice that does not compose
+// (algo::direct without peer access) is left out at compile time and refused at run
+// time with the list of what this transport supports.
 #pragma once
 
+#include <cmath>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,47 +15,82 @@
 #include <gradsync/gradsync.hpp>
 
 #include "config.hpp"
+#include "grad_sync.hpp"
 #include "train.hpp"
 
 namespace mini_trainer {
 
-/// One instantiation of the training loop for transport Tr.
+/// One (algorithm, fusion) instantiation for transport Tr.
 template <class Tr>
 struct dispatch_entry {
   std::string_view algo;    // --algo value
   std::string_view fusion;  // --fusion value
-  std::string (*run)(Tr&, const run_context&);
+  double bucket_mb;         // --bucket-mb value (fusion bucket only)
+  sync_factory<Tr> make;
 };
 
-/// Adds (name, fusion) entries for algorithm A if it composes with Tr.
+template <class Tr, class A>
+std::unique_ptr<gradient_sync> make_per_tensor(Tr& t, std::vector<std::span<float>> g) {
+  return std::make_unique<per_tensor_sync<Tr, A>>(t, std::move(g));
+}
+template <class Tr, class A, std::size_t Bytes>
+std::unique_ptr<gradient_sync> make_bucket(Tr& t, std::vector<std::span<float>> g) {
+  return std::make_unique<bucket_sync<Tr, A, gradsync::fusion::bucket<Bytes>>>(t, std::move(g));
+}
+
+/// Adds algorithm A under `name` (fusion none, and bucket in a few compile-time sizes)
+/// if A composes with Tr.
 template <class Tr, class A>
 void add_algorithm(std::vector<dispatch_entry<Tr>>& t, std::string_view name) {
   if constexpr (gradsync::algorithm_for<A, Tr>) {
-    t.push_back({name, "none", &train_rank<Tr, A, gradsync::fusion::none>});
+    t.push_back({name, "none", 0, &make_per_tensor<Tr, A>});
+    t.push_back({name, "bucket", 0.25, &make_bucket<Tr, A, (256u << 10)>});
+    t.push_back({name, "bucket", 1, &make_bucket<Tr, A, (1u << 20)>});
+    t.push_back({name, "bucket", 4, &make_bucket<Tr, A, (4u << 20)>});
+    t.push_back({name, "bucket", 25, &make_bucket<Tr, A, (25u << 20)>});
   }
 }
 
 template <class Tr>
 std::vector<dispatch_entry<Tr>> table() {
+  namespace algo = gradsync::algo;
   std::vector<dispatch_entry<Tr>> t;
-  add_algorithm<Tr, gradsync::algo::ring>(t, "ring");
+  add_algorithm<Tr, algo::ring>(t, "ring");
+  add_algorithm<Tr, algo::tree>(t, "tree");
+  add_algorithm<Tr, algo::halving_doubling>(t, "halving_doubling");
+  add_algorithm<Tr, algo::auto_select>(t, "auto");
   return t;
 }
 
-/// Runs the entry matching cfg.algo / cfg.fusion, or explains what exists.
+/// Runs the training with the entry matching --algo/--fusion/--bucket-mb, or explains
+/// what this transport offers.
 template <class Tr>
 std::string dispatch(Tr& t, const run_context& ctx) {
+  const config& c = ctx.cfg;
   const auto entries = table<Tr>();
   for (const auto& e : entries) {
-    if (e.algo == ctx.cfg.algo && e.fusion == ctx.cfg.fusion) return e.run(t, ctx);
+    if (e.algo == c.algo && e.fusion == c.fusion &&
+        (c.fusion == "none" || std::fabs(e.bucket_mb - c.bucket_mb) < 1e-9)) {
+      return train_rank<Tr>(t, ctx, e.make);
+    }
   }
   std::string have;
   for (const auto& e : entries) {
     have += "\n  --algo " + std::string(e.algo) + " --fusion " + std::string(e.fusion);
+    if (e.fusion == "bucket") {
+      char mb[32];
+      std::snprintf(mb, sizeof mb, " --bucket-mb %g", e.bucket_mb);
+      have += mb;
+    }
   }
-  throw usage_error("--algo " + ctx.cfg.algo + " --fusion " + ctx.cfg.fusion +
-                    " is not available with --transport " + std::string(Tr::name) +
-                    " in this build; available:" + have);
+  std::string asked = "--algo " + c.algo + " --fusion " + c.fusion;
+  if (c.fusion == "bucket") {
+    char mb[32];
+    std::snprintf(mb, sizeof mb, " --bucket-mb %g", c.bucket_mb);
+    asked += mb;
+  }
+  throw usage_error(asked + " is not available with --transport " + std::string(Tr::name) +
+                    " in this build (bucket sizes are compile-time); available:" + have);
 }
 
 }  // namespace mini_trainer

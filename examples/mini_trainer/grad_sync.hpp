@@ -1,11 +1,18 @@
 // How the trainer's gradients reach gradsync: one class per fusion policy, each taking
 // the gradient tensors (spans into one flat arena) and averaging them across ranks.
-//   fusion none   -> one allreduce<Algo>(op::avg) per tensor after the backward pass.
-// Every rank calls the same allreduces in the same order, so every rank ends with the
-// same bits (gradsync reduces each element once, by one owner, then copies it).
+//   --fusion none   -> gradsync::allreduce<Algo>(t, tensor, op::avg) per tensor, after
+//                      the backward pass (the stateless free function);
+//   --fusion bucket -> gradsync::allreducer<Tr, Algo, fusion::bucket<Bytes>>: the tensors
+//                      are registered once, bucketed by a static plan, and each bucket is
+//                      launched on gradsync's progress thread as soon as backward marks
+//                      its last tensor ready -- communication overlaps the rest of the
+//                      backward pass.
+// The training loop sees only the small virtual interface `gradient_sync`, so it is
+// compiled once per transport, not once per (algorithm, fusion) pair.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -13,30 +20,54 @@
 
 namespace mini_trainer {
 
-/// Primary template: specialised per fusion policy below.
-template <class Transport,  ///< a gradsync::transport_policy
-          class Algorithm,  ///< a gradsync::algorithm_for<., Transport>
-          class Fusion>     ///< gradsync::fusion::none or a bucket plan
-class grad_sync;
-
-/// fusion::none: one blocking allreduce per tensor, issued after the whole backward pass.
-template <class Transport, class Algorithm>
-class grad_sync<Transport, Algorithm, gradsync::fusion::none> {
+/// What the training loop needs from a gradient synchronizer.
+class gradient_sync {
  public:
-  grad_sync(Transport& t, std::vector<std::span<float>> tensors, double /*bucket_mb*/)
+  virtual ~gradient_sync() = default;
+  /// Layer l's weight and bias gradients are final (backward runs last layer first).
+  virtual void layer_ready(std::size_t l) = 0;
+  /// Returns once every gradient holds the average over all ranks.
+  virtual void finish() = 0;
+};
+
+/// fusion none: one blocking allreduce per tensor, after the whole backward pass.
+template <class Transport,  ///< a gradsync::transport_policy
+          class Algorithm>  ///< a gradsync::algorithm_for<., Transport>
+class per_tensor_sync final : public gradient_sync {
+ public:
+  per_tensor_sync(Transport& t, std::vector<std::span<float>> tensors)
       : t_(t), tensors_(std::move(tensors)) {}
-
-  /// Layer `l`'s gradients are final (backward runs last layer first).
-  void layer_ready(std::size_t /*l*/) {}
-
-  /// Averages every tensor across ranks; returns when all are synchronized.
-  void finish() {
+  void layer_ready(std::size_t) override {}
+  void finish() override {
     for (auto s : tensors_) gradsync::allreduce<Algorithm>(t_, s, gradsync::op::avg);
   }
 
  private:
   Transport& t_;
   std::vector<std::span<float>> tensors_;
+};
+
+/// fusion bucket: the allreducer façade with a static bucket plan and overlap.
+template <class Transport,  ///< a gradsync::transport_policy
+          class Algorithm,  ///< a gradsync::algorithm_for<., Transport>
+          class Fusion>     ///< gradsync::fusion::bucket<Bytes>
+class bucket_sync final : public gradient_sync {
+ public:
+  /// `tensors` are W1, b1, W2, b2, ...: layer l owns tensors 2l and 2l+1.
+  bucket_sync(Transport& t, std::vector<std::span<float>> tensors) : sync_(t) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      sync_.add(tensors[i], (i % 2 ? "b" : "W") + std::to_string(i / 2 + 1));
+    }
+    sync_.commit(gradsync::op::avg);  // collective: every rank registered the same list
+  }
+  void layer_ready(std::size_t l) override {
+    sync_.ready(2 * l);
+    sync_.ready(2 * l + 1);
+  }
+  void finish() override { sync_.wait(); }
+
+ private:
+  gradsync::allreducer<Transport, Algorithm, Fusion> sync_;
 };
 
 }  // namespace mini_trainer

@@ -55,9 +55,14 @@ inline std::string hex64(std::uint64_t h) {
   return b;
 }
 
+/// Builds the gradient synchronizer chosen by --algo/--fusion over the gradient tensors.
+template <class Tr>
+using sync_factory = std::unique_ptr<gradient_sync> (*)(Tr&, std::vector<std::span<float>>);
+
 /// Runs the whole training on rank t.rank(); returns the final line (same on every rank).
-template <class Tr, class Algo, class Fusion>
-std::string train_rank(Tr& t, const run_context& ctx) {
+/// Compiled once per transport: the (algorithm, fusion) choice is behind `make_sync`.
+template <class Tr>
+std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync) {
   namespace gs = gradsync;
   using clk = std::chrono::steady_clock;
   const config& cfg = ctx.cfg;
@@ -91,13 +96,14 @@ std::string train_rank(Tr& t, const run_context& ctx) {
   const std::size_t max_shard = (B + n - 1) / n;
   const std::size_t eval_chunk = 256;
   mlp net(ctx.shape, std::max(max_shard, eval_chunk), cfg.exact_grads);
-  grad_sync<Tr, Algo, Fusion> sync(t, ctx.shape.tensors(g), cfg.bucket_mb);
+  const std::unique_ptr<gradient_sync> sync = make_sync(t, ctx.shape.tensors(g));
   std::vector<std::uint8_t> y(std::max(max_shard, eval_chunk));
 
-  // Small collectives on doubles: statistics and hashes (sums of integers below 2^53
-  // and of values added to zeros are exact, so every rank gets the same bits).
+  // Small collectives on doubles, always with algo::ring: statistics and hashes (sums of
+  // integers below 2^53 and of values added to zeros are exact, so every rank gets the
+  // same bits).
   auto allreduce_sum = [&](std::vector<double>& x) {
-    gs::allreduce<Algo>(t, std::span<double>(x), gs::op::sum);
+    gs::allreduce<gs::algo::ring>(t, std::span<double>(x), gs::op::sum);
   };
 
   auto replica_check = [&](const std::string& when) {
@@ -158,9 +164,9 @@ std::string train_rank(Tr& t, const run_context& ctx) {
   } else {
     say("mini_trainer: model %s (%zu parameters), %zu ranks, transport %s, algo %s, fusion %s, "
         "global batch %zu (%zu per rank), lr %g, momentum %g, %zu train / %zu test samples%s\n",
-        ctx.shape.str().c_str(), w.size(), n, std::string(Tr::name).c_str(),
-        std::string(Algo::name).c_str(), cfg.fusion.c_str(), B, max_shard, double(cfg.lr),
-        double(cfg.momentum), ctx.train.n, ctx.test.n, cfg.exact_grads ? ", exact grads" : "");
+        ctx.shape.str().c_str(), w.size(), n, std::string(Tr::name).c_str(), cfg.algo.c_str(),
+        cfg.fusion.c_str(), B, max_shard, double(cfg.lr), double(cfg.momentum), ctx.train.n,
+        ctx.test.n, cfg.exact_grads ? ", exact grads" : "");
   }
 
   // Checkpoints written from here on describe this run.
@@ -197,9 +203,9 @@ std::string train_rank(Tr& t, const run_context& ctx) {
       gather_batch(ctx.train, shard_idx.data(), m, net.input(), y.data());
       const auto bs = net.forward(w, y.data(), m);
       net.backward(w, y.data(), m, static_cast<float>(double(n) / double(B)), g,
-                   [&](std::size_t l) { sync.layer_ready(l); });
+                   [&](std::size_t l) { sync->layer_ready(l); });
       const auto ts = clk::now();
-      sync.finish();
+      sync->finish();
       const auto te = clk::now();
       sgd_momentum_step(w, v, g, cfg.lr, cfg.momentum);
       const auto t1 = clk::now();
