@@ -40,6 +40,24 @@ concept host_transport = transport_policy<T> && (T::memory == memory_space::host
 template <class T>
 concept peer_access_transport = transport_policy<T> && T::peer_access;
 
+/// A peer-access transport that exposes the shared memory itself (shm), for the direct
+/// algorithms. Each rank owns two small slots, one staging buffer and numbered flags;
+/// every rank can read every rank's slots and buffer. Flags only grow; posting a flag
+/// publishes the poster's earlier writes to whoever sees the new value (release/acquire).
+/// Flag k in {0, 1} shares a cache line with the start of slot k.
+template <class T>
+concept peer_memory_transport =
+    peer_access_transport<T> && requires(T& t, const T& ct, std::size_t i, unsigned k,
+                                         std::uint64_t v, deadline d) {
+      { ct.slot_bytes() } -> std::same_as<std::size_t>;      // bytes of one slot
+      { t.slot(i, k) } -> std::same_as<std::byte*>;          // rank i's slot k (0 or 1)
+      { ct.exchange_bytes() } -> std::same_as<std::size_t>;  // bytes of one staging buffer
+      { t.exchange(i) } -> std::same_as<std::byte*>;         // rank i's staging buffer
+      { ct.flag(i, k) } -> std::same_as<std::uint64_t>;      // rank i's flag k (0..3)
+      t.post_flag(k, v);    // this rank's flag k := v; wakes peers that wait on it
+      t.wait_flags(k, v, d);  // until every rank's flag k >= v; timeout/peer_lost by d
+    };
+
 /// A transport with its own allreduce (MPI_Allreduce, ncclAllReduce).
 template <class T>
 concept native_allreduce_transport = transport_policy<T> && T::native_allreduce;

@@ -1,0 +1,247 @@
+// algo::direct_one_shot and algo::direct_two_shot — allreduce by reading the peers'
+// memory directly (transports satisfying peer_memory_transport: transport::shm).
+//
+// Every call starts with one exchange of call headers through the ranks' slots: each
+// rank writes its header (and, for small one-shot calls, its whole input) into its
+// slot, posts the slot's flag and waits for everyone's; every rank then compares every
+// header with rank 0's, so a mismatch raises errc::mismatch on every rank before any
+// data moves (these algorithms therefore skip allreduce()'s separate agree() round).
+//
+// one-shot: every rank reduces the whole vector from all ranks' copies.
+//           Small inputs travel inline in the slots: one flag round per call.
+// two-shot: the vector is cut into n slices; rank i reduces slice i from all ranks'
+//           copies (its own straight from its input), publishes it, and gathers the
+//           other slices from their owners. Two flag rounds per chunk.
+// Inputs larger than half a staging buffer go in chunks through alternating halves.
+//
+// Every element is combined in rank order 0, 1, ..., n-1 whichever rank computes it, and
+// op::avg is divided once, so every rank ends with the same bits.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gradsync/algorithm/concept.hpp"
+#include "gradsync/algorithm/detail/partition.hpp"
+#include "gradsync/core/consistency.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/kernels/host.hpp"
+#include "gradsync/transport/concept.hpp"
+
+namespace gradsync::algo {
+namespace detail {
+
+/// Flag numbers of peer_memory_transport used here (0 and 1 are the slot stamps).
+inline constexpr unsigned flag_stage = 2;  // chunk steps of the current call
+inline constexpr unsigned flag_done = 3;   // last direct call this rank finished reading
+
+/// Elements combined per block: the destination block stays in L1 across all sources.
+inline constexpr std::size_t direct_block_bytes = 16 << 10;
+
+/// dst[i] = combine(a[i], b[i]) with every pointer distinct (so it vectorizes at -O2).
+template <class T, class Op>
+inline void combine_to(T* GRADSYNC_RESTRICT dst, const T* GRADSYNC_RESTRICT a,
+                       const T* GRADSYNC_RESTRICT b, std::size_t n, Op) {
+  const kernels::combine_fn<T, Op> f{};
+  for (std::size_t i = 0; i < n; ++i) dst[i] = f(a[i], b[i]);
+}
+
+/// dst = src(0) (+) src(1) (+) ... (+) src(n-1), combined in exactly this order.
+/// `src(j)` returns rank j's copy; none of them may overlap dst.
+template <class T, class Op, class Src>
+void reduce_rank_order(T* dst, Src&& src, std::size_t nsrc, std::size_t count, Op op) {
+  constexpr std::size_t blk = std::max<std::size_t>(1, direct_block_bytes / sizeof(T));
+  for (std::size_t off = 0; off < count; off += blk) {
+    const std::size_t len = std::min(blk, count - off);
+    if (nsrc == 1) {
+      std::memcpy(dst + off, src(0) + off, len * sizeof(T));
+      continue;
+    }
+    combine_to(dst + off, src(0) + off, src(1) + off, len, op);
+    for (std::size_t j = 2; j < nsrc; ++j) kernels::reduce_into(dst + off, src(j) + off, len, op);
+  }
+}
+
+/// Throws errc::mismatch (with agree()'s wording) unless every header equals rank 0's.
+inline void compare_headers(const std::byte* const* hdr, std::size_t n, std::size_t rank,
+                            std::uint64_t seq) {
+  bool same = true;
+  for (std::size_t i = 1; i < n && same; ++i) same = std::memcmp(hdr[i], hdr[0], sizeof(call_header)) == 0;
+  if (same) return;
+  call_header ref, h;
+  std::memcpy(&ref, hdr[0], sizeof ref);
+  std::string diffs;
+  std::size_t ndiff = 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    std::memcpy(&h, hdr[i], sizeof h);
+    const std::string what = gradsync::detail::first_difference(ref, h);
+    if (what.empty() || ndiff++ >= 8) continue;
+    diffs += "\n  rank " + std::to_string(i) + " differs from rank 0 in " + what + " [rank 0: " +
+             gradsync::detail::describe(ref) + "; rank " + std::to_string(i) + ": " +
+             gradsync::detail::describe(h) + "]";
+  }
+  throw error(errc::mismatch, {rank, error_site::npos, seq},
+              "ranks called allreduce with different arguments (" + std::to_string(ndiff) +
+                  " rank(s) differ from rank 0):" + diffs);
+}
+
+/// One direct call on one rank: the header round, chunk stages, and the final flag.
+template <class Tr, class T, class Op>
+class direct_call {
+ public:
+  direct_call(Tr& t, std::span<T> data, const call_context& ctx)
+      : t_(t), data_(data.data()), count_(data.size()), ctx_(ctx), n_(t.size()), r_(t.rank()),
+        parity_(static_cast<unsigned>(ctx.seq & 1)) {}
+
+  std::size_t inline_capacity() const { return (t_.slot_bytes() - sizeof(call_header)) / sizeof(T); }
+  std::size_t half_elems() const { return t_.exchange_bytes() / 2 / sizeof(T); }
+  T* half(std::size_t rank, std::size_t chunk) {
+    return reinterpret_cast<T*>(t_.exchange(rank) + (chunk & 1) * (t_.exchange_bytes() / 2));
+  }
+  T* payload(std::size_t rank) { return reinterpret_cast<T*>(t_.slot(rank, parity_) + sizeof(call_header)); }
+
+  /// The header round; with `with_payload` the whole input travels inline too.
+  void open(std::string_view algo, bool with_payload) {
+    const std::uint64_t stamp = ctx_.seq + 1;
+    // Slot reuse: when the previous call was not a direct call, a peer may still be
+    // reading this slot's last contents; wait for it to have finished that call.
+    const std::uint64_t last = t_.flag(r_, parity_);
+    if (last != 0 && t_.flag(r_, parity_ ^ 1u) != ctx_.seq) t_.wait_flags(flag_done, last, ctx_.until);
+    const call_header h = call_header::make(ctx_.seq, count_, dtype_of<T>::value, Op::id, algo);
+    std::memcpy(t_.slot(r_, parity_), &h, sizeof h);
+    if (with_payload) std::memcpy(payload(r_), data_, count_ * sizeof(T));
+    t_.post_flag(parity_, stamp);
+    t_.wait_flags(parity_, stamp, ctx_.until);
+    const std::byte* stack_hdr[16];
+    std::vector<const std::byte*> heap_hdr;
+    const std::byte** hdr = stack_hdr;
+    if (n_ > 16) {
+      heap_hdr.resize(n_);
+      hdr = heap_hdr.data();
+    }
+    for (std::size_t i = 0; i < n_; ++i) hdr[i] = t_.slot(i, parity_);
+    try {
+      compare_headers(hdr, n_, r_, ctx_.seq);
+    } catch (...) {
+      close();  // nobody reads the slots any more: let a later call reuse them
+      throw;
+    }
+  }
+  void close() { t_.post_flag(flag_done, ctx_.seq + 1); }
+
+  /// Posts chunk step `step` (>= 1) of this call and waits until every rank has.
+  void barrier(std::uint64_t step) {
+    const std::uint64_t v = ((ctx_.seq + 1) << 32) | step;
+    t_.post_flag(flag_stage, v);
+    t_.wait_flags(flag_stage, v, ctx_.until);
+  }
+
+  void finalize(T* p, std::size_t len, Op op) { kernels::finalize(p, len, n_, op); }
+
+  Tr& t_;
+  T* data_;
+  std::size_t count_;
+  const call_context& ctx_;
+  std::size_t n_, r_;
+  unsigned parity_;
+};
+
+template <class Tr>
+constexpr void check_direct_transport() {
+  static_assert(peer_memory_transport<Tr>,
+                "gradsync: algo::direct_one_shot/direct_two_shot read the peers' memory and need "
+                "a transport that exposes it (peer_memory_transport: transport::shm); use "
+                "algo::ring or algo::auto_select with this transport");
+  static_assert(Tr::memory == memory_space::host,
+                "gradsync: algo::direct_* reduces with host loops; for device memory use the "
+                "transport's own algorithms (algo::ring over nccl, or cuda_ipc's kernels)");
+}
+
+}  // namespace detail
+
+/// One-shot: each rank reduces the whole vector from every rank's copy. One flag round
+/// per call while the input fits a slot (transport::shm: 32 KiB), else per chunk.
+struct direct_one_shot {
+  static constexpr std::string_view name = "direct_one_shot";
+  static constexpr bool needs_peer_access = true;
+  static constexpr bool needs_native = false;
+  /// Compares the call headers in its first exchange; allreduce() skips agree().
+  static constexpr bool checks_headers = true;
+
+  template <transport_policy Tr, class T, class Op>
+  static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
+    detail::check_direct_transport<Tr>();
+    detail::direct_call<Tr, T, Op> c(t, data, ctx);
+    if (c.n_ == 1) return c.finalize(c.data_, c.count_, op);
+    if (c.count_ <= c.inline_capacity()) {
+      c.open(name, true);
+      detail::reduce_rank_order(c.data_, [&](std::size_t j) { return c.payload(j); }, c.n_,
+                                c.count_, op);
+      c.finalize(c.data_, c.count_, op);
+      return c.close();
+    }
+    c.open(name, false);
+    const std::size_t chunk = c.half_elems();
+    for (std::size_t k = 0, off = 0; off < c.count_; ++k, off += chunk) {
+      const std::size_t len = std::min(chunk, c.count_ - off);
+      std::memcpy(c.half(c.r_, k), c.data_ + off, len * sizeof(T));
+      c.barrier(k + 1);
+      detail::reduce_rank_order(c.data_ + off, [&](std::size_t j) { return c.half(j, k); }, c.n_,
+                                len, op);
+      c.finalize(c.data_ + off, len, op);
+    }
+    c.close();
+  }
+};
+
+/// Two-shot: each rank reduces its 1/n slice from every rank's copy, then gathers the
+/// other slices from their owners. Two flag rounds per chunk of half a staging buffer.
+struct direct_two_shot {
+  static constexpr std::string_view name = "direct_two_shot";
+  static constexpr bool needs_peer_access = true;
+  static constexpr bool needs_native = false;
+  /// Compares the call headers in its first exchange; allreduce() skips agree().
+  static constexpr bool checks_headers = true;
+
+  template <transport_policy Tr, class T, class Op>
+  static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
+    detail::check_direct_transport<Tr>();
+    detail::direct_call<Tr, T, Op> c(t, data, ctx);
+    const std::size_t n = c.n_, r = c.r_;
+    if (n == 1) return c.finalize(c.data_, c.count_, op);
+    c.open(name, false);
+    const std::size_t chunk = c.half_elems();
+    for (std::size_t k = 0, off = 0; off < c.count_; ++k, off += chunk) {
+      const std::size_t len = std::min(chunk, c.count_ - off);
+      T* in = c.data_ + off;
+      T* mine = c.half(r, k);
+      for (std::size_t i = 0; i < n; ++i) {  // stage the slices the others reduce
+        const detail::range s = detail::part(len, n, i);
+        if (i != r) std::memcpy(mine + s.offset, in + s.offset, s.count * sizeof(T));
+      }
+      c.barrier(2 * k + 1);
+      const detail::range my = detail::part(len, n, r);
+      detail::reduce_rank_order(
+          mine + my.offset,
+          [&](std::size_t j) -> const T* { return (j == r ? in : c.half(j, k)) + my.offset; }, n,
+          my.count, op);
+      c.finalize(mine + my.offset, my.count, op);
+      std::memcpy(in + my.offset, mine + my.offset, my.count * sizeof(T));
+      c.barrier(2 * k + 2);
+      for (std::size_t i = 0; i < n; ++i) {  // gather the slices the others own
+        const detail::range s = detail::part(len, n, i);
+        if (i != r) std::memcpy(in + s.offset, c.half(i, k) + s.offset, s.count * sizeof(T));
+      }
+    }
+    c.close();
+  }
+};
+
+}  // namespace gradsync::algo

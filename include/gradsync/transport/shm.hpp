@@ -1,0 +1,349 @@
+// transport::shm — the processes of one host share ONE POSIX shared-memory segment.
+//
+// Construction (no MPI needed; see transport/shm_mpi.hpp to bootstrap from an MPI
+// communicator instead):
+//
+//   // 1. from the environment, so any launcher works:
+//   //    GRADSYNC_SHM_RANK  this process's rank, 0 .. size-1
+//   //    GRADSYNC_SHM_SIZE  number of processes in the group
+//   //    GRADSYNC_SHM_JOB   an id unique to this job, the same in every process
+//   //                       (e.g. "$SLURM_JOB_ID" or the launcher's pid)
+//   auto t = gradsync::transport::shm::from_env();
+//
+//   // 2. or explicitly:
+//   gradsync::transport::shm t({.rank = r, .size = n, .job = "myjob-42"});
+//
+//   gs::allreduce<gs::algo::direct_two_shot>(t, std::span<float>(grad), gs::op::avg);
+//
+// Rank 0 creates /dev/shm/gradsync-<uid>-<job> with O_EXCL and mode 0600; the others
+// attach; the last rank to attach unlinks the name, so once the constructor returns on
+// every rank nothing remains in /dev/shm even if a process is killed. The constructor
+// waits (up to shm_options::bootstrap_timeout) until every rank has attached.
+//
+// What is in the segment: per rank, a control block (a futex word, pid, state, flags)
+// and two small slots (call header + inline payload); one byte ring per ordered pair of
+// ranks (isend/irecv, so algo::ring/tree/halving_doubling run unchanged); and one
+// staging buffer per rank that every peer can read (algo::direct_one_shot/two_shot).
+//
+// Waiting spins briefly, then sleeps on a futex; every wait has a deadline and raises
+// errc::timeout, or errc::peer_lost when the awaited peer's process died (checked with
+// kill(pid, 0) and /proc every 20 ms of sleep), closed its transport, or failed. After
+// a timeout or peer_lost the transport is unusable: destroy it (peers then see
+// peer_lost instead of waiting for their own deadline).
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "gradsync/core/deadline.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/core/workspace.hpp"
+#include "gradsync/kernels/host.hpp"
+#include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/shm_p2p.hpp"
+#include "gradsync/transport/shm_segment.hpp"
+#include "gradsync/transport/shm_wait.hpp"
+
+namespace gradsync::transport {
+
+/// How to build an shm transport. Every rank must pass the same sizes.
+struct shm_options {
+  std::size_t rank = 0;  ///< this process's rank, 0 .. size-1
+  std::size_t size = 1;  ///< processes in the group (all on this host)
+  std::string job;       ///< id shared by the group's processes, unique per job
+  std::size_t slot_bytes = 32 << 10;  ///< inline payload per rank (one-shot without staging)
+  std::size_t ring_bytes = 512 << 10;  ///< byte ring per ordered pair (isend/irecv)
+  std::size_t exchange_bytes = 4 << 20;  ///< staging buffer per rank (two halves)
+  seconds_d bootstrap_timeout{-1.0};  ///< < 0: default_timeout() (GRADSYNC_TIMEOUT)
+
+  /// Reads GRADSYNC_SHM_RANK, GRADSYNC_SHM_SIZE and GRADSYNC_SHM_JOB (all required).
+  static shm_options from_env() {
+    shm_options o;
+    o.rank = env_number("GRADSYNC_SHM_RANK");
+    o.size = env_number("GRADSYNC_SHM_SIZE");
+    const char* job = std::getenv("GRADSYNC_SHM_JOB");
+    if (!job || !*job) {
+      throw error(errc::invalid_argument, {},
+                  "GRADSYNC_SHM_JOB is not set: give every process of the job the same id "
+                  "(e.g. the launcher's pid or $SLURM_JOB_ID)");
+    }
+    o.job = job;
+    return o;
+  }
+
+ private:
+  static std::size_t env_number(const char* var) {
+    const char* s = std::getenv(var);
+    char* end = nullptr;
+    const unsigned long long v = s ? std::strtoull(s, &end, 10) : 0;
+    if (!s || !*s || *end != '\0') {
+      throw error(errc::invalid_argument, {},
+                  std::string(var) + " must be set to a non-negative integer" +
+                      (s ? std::string(", got '") + s + "'" : std::string(" (it is unset)")));
+    }
+    return static_cast<std::size_t>(v);
+  }
+};
+
+namespace detail {
+
+/// Everything a shm rank owns; kept behind a pointer so that the transport can move
+/// while requests point at it.
+class shm_state {
+ public:
+  explicit shm_state(const shm_options& o)
+      : seg_(o.rank, geometry(o), o.job,
+             deadline::after(o.bootstrap_timeout.count() < 0 ? default_timeout()
+                                                             : o.bootstrap_timeout)),
+        rank_(o.rank), size_(o.size), p2p_(seg_, o.rank),
+        budget_(spin_budget::for_group(o.size)) {}
+
+  ~shm_state() {
+    auto st = shared_word(seg_.ctl(rank_).state);
+    if (st.load(std::memory_order_relaxed) != rs_failed) st.store(rs_left, std::memory_order_release);
+    wake_all();
+  }
+
+  static shm_geometry geometry(const shm_options& o) {
+    if (o.size == 0 || o.rank >= o.size) {
+      throw error(errc::invalid_argument, {o.rank, error_site::npos, ~std::uint64_t{0}},
+                  "shm rank " + std::to_string(o.rank) + " is out of range for size " +
+                      std::to_string(o.size));
+    }
+    if (o.job.empty()) {
+      throw error(errc::invalid_argument, {o.rank, error_site::npos, ~std::uint64_t{0}},
+                  "shm_options::job is empty; give every process of the job the same id");
+    }
+    return {o.size, round_up(o.slot_bytes, cache_line), round_up(std::max<std::size_t>(o.ring_bytes, 4096), page_bytes),
+            round_up(std::max<std::size_t>(o.exchange_bytes, 2 * page_bytes), 2 * page_bytes)};
+  }
+
+  shm_segment seg_;
+  std::size_t rank_, size_;
+  shm_p2p p2p_;
+  spin_budget budget_;
+  std::uint64_t seq_ = 0;
+  bool broken_ = false;
+  workspace scratch_;
+  clock::time_point next_health_{};
+
+  error_site site(std::size_t peer) const { return {rank_, peer, seq_ - 1}; }
+
+  void wake_all() {
+    for (std::size_t j = 0; j < size_; ++j) {
+      if (j != rank_) wake_rank(seg_.ctl(j));
+    }
+  }
+
+  /// Throws (after marking this rank failed, so that its peers stop waiting for it).
+  [[noreturn]] void fail(errc code, std::size_t peer, const std::string& what) {
+    if (code == errc::timeout || code == errc::peer_lost) {
+      shared_word(seg_.ctl(rank_).state).store(rs_failed, std::memory_order_release);
+      wake_all();
+      broken_ = true;
+    }
+    throw error(code, site(peer), what);
+  }
+
+  void check_usable() {
+    if (broken_) {
+      throw error(errc::transport, site(error_site::npos),
+                  "this shm transport failed earlier (timeout, lost peer or cancelled message); "
+                  "destroy it and create a new one");
+    }
+  }
+
+  /// Called between sleeps while waiting for `peer`: raises peer_lost or timeout.
+  void idle_check(std::size_t peer, clock::time_point now, clock::time_point until,
+                  const char* waiting_for) {
+    if (peer < size_) {
+      rank_ctl& c = seg_.ctl(peer);
+      const std::uint32_t st = shared_word(c.state).load(std::memory_order_acquire);
+      if (st == rs_left) fail(errc::peer_lost, peer, std::string("the peer closed its transport while this rank waited ") + waiting_for);
+      if (st == rs_failed) fail(errc::peer_lost, peer, std::string("the peer failed (timeout or lost peer of its own) while this rank waited ") + waiting_for);
+      if (now >= next_health_) {
+        next_health_ = now + std::chrono::milliseconds(20);
+        const int pid = shared_word(c.pid).load(std::memory_order_relaxed);
+        if (!process_alive(pid, c.start_time)) {
+          fail(errc::peer_lost, peer, "the peer's process (pid " + std::to_string(pid) + ") died while this rank waited " + waiting_for);
+        }
+      }
+    }
+    if (now >= until) {
+      fail(errc::timeout, peer, std::string("deadline passed while waiting ") + waiting_for +
+                                    " (set GRADSYNC_TIMEOUT or call_options::timeout to wait longer)");
+    }
+  }
+};
+
+}  // namespace detail
+
+class shm {
+ public:
+  static constexpr std::string_view name = "shm";
+  static constexpr memory_space memory = memory_space::host;
+  static constexpr bool peer_access = true;
+  static constexpr bool native_allreduce = false;
+
+  /// Flag indices of peer_memory_transport: the stamps of slots 0 and 1, the chunk
+  /// stage of the direct algorithms, and the last completed direct call.
+  static constexpr unsigned flag_slot0 = 0, flag_slot1 = 1, flag_stage = 2, flag_done = 3;
+
+  /// A posted send or receive; destroying an unfinished one withdraws it.
+  class request {
+   public:
+    request() = default;
+    request(request&& o) noexcept : op_(std::move(o.op_)), st_(o.st_) {}
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        cancel();
+        op_ = std::move(o.op_);
+        st_ = o.st_;
+      }
+      return *this;
+    }
+    ~request() { cancel(); }
+    bool active() const { return op_ && !op_->done; }
+
+   private:
+    friend class shm;
+    void cancel() {
+      if (op_ && !op_->done && !st_->p2p_.cancel(op_)) st_->broken_ = true;
+      op_.reset();
+    }
+    std::shared_ptr<detail::p2p_op> op_;
+    detail::shm_state* st_ = nullptr;
+  };
+
+  /// Joins (rank 0: creates) the segment of `o.job`; returns once every rank attached.
+  explicit shm(const shm_options& o) : st_(std::make_unique<detail::shm_state>(o)) {}
+  /// Same, with rank, size and job from GRADSYNC_SHM_RANK / _SIZE / _JOB.
+  static shm from_env() { return shm(shm_options::from_env()); }
+
+  shm(shm&&) noexcept = default;
+  shm& operator=(shm&&) noexcept = default;
+  shm(const shm&) = delete;
+  shm& operator=(const shm&) = delete;
+
+  std::size_t rank() const { return st_->rank_; }
+  std::size_t size() const { return st_->size_; }
+  /// The segment's name in /dev/shm (already unlinked once construction returned).
+  const std::string& segment_name() const { return st_->seg_.name(); }
+
+  request isend(std::size_t peer, const void* data, std::size_t bytes, std::uint32_t tag) {
+    return post(true, peer, const_cast<void*>(data), bytes, tag);
+  }
+  request irecv(std::size_t peer, void* data, std::size_t bytes, std::uint32_t tag) {
+    return post(false, peer, data, bytes, tag);
+  }
+
+  void wait(request& r, deadline d) {
+    if (!r.op_) return;
+    auto& st = *st_;
+    detail::p2p_op& op = *r.op_;
+    auto ready = [&] {
+      st.p2p_.progress();
+      return op.done;
+    };
+    if (!ready()) {
+      const char* what = op.is_send ? "to send to the peer" : "to receive from the peer";
+      try {
+        detail::sleep_wait(st.seg_.ctl(st.rank_), st.budget_, d.at, ready,
+                           [&](clock::time_point now) { st.idle_check(op.peer, now, d.at, what); });
+      } catch (...) {
+        r.cancel();
+        throw;
+      }
+    }
+    const std::size_t peer = op.peer, sent = op.msg_bytes, want = op.bytes;
+    const bool recv_mismatch = !op.is_send && sent != want;
+    r.op_.reset();
+    if (recv_mismatch) {
+      throw error(errc::mismatch, st.site(peer),
+                  "message size differs: this rank expected " + std::to_string(want) +
+                      " bytes, the peer sent " + std::to_string(sent));
+    }
+  }
+
+  std::uint64_t next_seq() { return st_->seq_++; }
+  std::uint64_t last_seq() const { return st_->seq_ - 1; }
+  workspace& scratch() { return st_->scratch_; }
+  kernels::host_executor executor() const { return {}; }
+
+  // ---- peer_memory_transport: what algo::direct_one_shot / direct_two_shot use ----
+
+  /// Bytes of a slot: a 48-byte call header followed by inline payload.
+  std::size_t slot_bytes() const { return 48 + st_->seg_.layout().geo.slot_bytes; }
+  /// Rank i's slot k (0 or 1); it starts in the cache line of flag k.
+  std::byte* slot(std::size_t i, unsigned k) { return st_->seg_.slot(i, k).header; }
+  /// Bytes of each rank's staging buffer.
+  std::size_t exchange_bytes() const { return st_->seg_.layout().geo.exchange_bytes; }
+  /// Rank i's staging buffer, mapped in this process.
+  std::byte* exchange(std::size_t i) { return st_->seg_.exchange(i); }
+
+  /// Current value of rank i's flag k.
+  std::uint64_t flag(std::size_t i, unsigned k) const {
+    return detail::shared_word(flag_word(i, k)).load(std::memory_order_acquire);
+  }
+  /// Sets this rank's flag k to v (flags only grow) and wakes sleeping peers; every
+  /// write to this rank's slots and buffer made before is visible to a peer that sees v.
+  void post_flag(unsigned k, std::uint64_t v) {
+    detail::shared_word(flag_word(st_->rank_, k)).store(v, std::memory_order_release);
+    st_->wake_all();
+  }
+  /// Waits until flag k of every rank is >= v; errc::timeout or peer_lost naming the
+  /// first rank that has not reached it.
+  void wait_flags(unsigned k, std::uint64_t v, deadline d) {
+    auto& st = *st_;
+    std::size_t missing = 0;
+    auto ready = [&] {
+      for (; missing < st.size_; ++missing) {
+        if (detail::shared_word(flag_word(missing, k)).load(std::memory_order_acquire) < v) return false;
+      }
+      return true;
+    };
+    if (ready()) return;
+    st.check_usable();
+    const std::string what = "for flag " + std::to_string(k) + " to reach " + std::to_string(v >> 32) + ":" + std::to_string(v & 0xffffffffu);
+    detail::sleep_wait(st.seg_.ctl(st.rank_), st.budget_, d.at, ready, [&](clock::time_point now) {
+      st.idle_check(missing, now, d.at, what.c_str());
+    });
+  }
+
+ private:
+  std::uint64_t& flag_word(std::size_t i, unsigned k) const {
+    auto& seg = st_->seg_;
+    switch (k) {
+      case flag_slot0: return seg.slot(i, 0).stamp;
+      case flag_slot1: return seg.slot(i, 1).stamp;
+      case flag_stage: return seg.ctl(i).stage;
+      default: return seg.ctl(i).done;
+    }
+  }
+
+  request post(bool is_send, std::size_t peer, void* buf, std::size_t bytes, std::uint32_t tag) {
+    auto& st = *st_;
+    st.check_usable();
+    if (peer >= st.size_ || peer == st.rank_) {
+      throw error(errc::invalid_argument, st.site(peer),
+                  "peer rank out of range (or this rank itself) for an shm message");
+    }
+    request r;
+    r.st_ = st_.get();
+    r.op_ = st.p2p_.post(is_send, peer, static_cast<std::byte*>(buf), bytes, tag);
+    return r;
+  }
+
+  std::unique_ptr<detail::shm_state> st_;
+};
+
+static_assert(gradsync::transport_policy<shm>);
+
+}  // namespace gradsync::transport
