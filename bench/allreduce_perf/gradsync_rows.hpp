@@ -34,8 +34,10 @@
 #include "gradsync/algorithm/auto_select.hpp"
 #define GRADSYNC_BENCH_HAVE_AUTO 1
 #endif
-// algo::native lives with the transports that have a native allreduce (mpi.hpp pulls it
-// in); it is only usable where GRADSYNC_BENCH_HAVE_NATIVE is defined by the includer.
+#if __has_include("gradsync/algorithm/native.hpp")
+#include "gradsync/algorithm/native.hpp"  // runs only over transports with native_allreduce
+#define GRADSYNC_BENCH_HAVE_NATIVE 1
+#endif
 
 namespace gradsync::bench {
 
@@ -73,9 +75,11 @@ inline constexpr bool composes = (!A::needs_peer_access || Tr::peer_access) &&
 struct gradsync_totals {
   std::uint64_t wrong = 0;  ///< wrong elements over every checked row
   std::size_t tables = 0;   ///< transport x algorithm combinations swept
+  std::size_t checked = 0;  ///< rows whose result was checked
   gradsync_totals& operator+=(const gradsync_totals& o) {
     wrong += o.wrong;
     tables += o.tables;
+    checked += o.checked;
     return *this;
   }
 };
@@ -105,7 +109,9 @@ gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer&
               call_options opt;
               opt.check = o.agree;
               s.run = [&t, opt](std::span<T> d) { allreduce<A>(t, d, Op{}, opt); };
-              tot.wrong += sweep(g, o, s, csv).wrong;
+              const sweep_result r = sweep(g, o, s, csv);
+              tot.wrong += r.wrong;
+              for (const row& x : r.rows) tot.checked += x.wrong >= 0 ? 1 : 0;
               ++tot.tables;
             }
           });

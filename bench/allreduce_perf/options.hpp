@@ -41,6 +41,7 @@ struct options {
   std::string csv;                           ///< --csv
   std::size_t stream_bytes = 64u << 20;      ///< --stream-bytes: each of a, b, c per rank
   std::string gloo_algos = "ring_chunked,halving_doubling";  ///< --gloo-algos
+  bool corrupt = false;              ///< --self-test-corrupt: spoil one checked element
   std::size_t require_gradsync = 0;  ///< --require-gradsync: fail if fewer tables ran
 };
 
@@ -149,6 +150,8 @@ inline const char* usage_text() {
          "  --stream-bytes SIZE  array size per rank of the STREAM probe, default 64M\n"
          "  --agree 0|1    gradsync's cross-rank argument check per call, default 1\n"
          "  --csv FILE     append every row to FILE\n"
+         "  --self-test-corrupt  spoil one element of every checked result on the last\n"
+         "                 rank; exit 0 only if #wrong counted exactly one per checked row\n"
          "  --require-gradsync N  fail (exit 4) if fewer than N gradsync tables ran\n"
          "Exit status: 0 if every checked row has #wrong == 0, 1 if any is wrong, 2 on a\n"
          "usage error, 3 if an implementation threw, 4 if --require-gradsync was not met.\n";
@@ -204,6 +207,8 @@ inline options parse_options(int argc, char** argv) {
       o.stream_bytes = parse_size(need(i));
     else if (a == "--csv")
       o.csv = need(i);
+    else if (a == "--self-test-corrupt")
+      o.corrupt = true;
     else if (a == "--require-gradsync")
       o.require_gradsync = parse_count(need(i));
     else if (a == "-h" || a == "--help")
