@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include <gradsync/algorithm/native.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/nccl.hpp>
 #include <gradsync/transport/nccl_group.hpp>

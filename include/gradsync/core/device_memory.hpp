@@ -15,7 +15,6 @@
 #include <type_traits>
 
 #include "gradsync/algorithm/concept.hpp"
-#include "gradsync/algorithm/native.hpp"
 #include "gradsync/core/consistency.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/dtype.hpp"
@@ -88,7 +87,7 @@ void allreduce(Tr& t, device_span<T> data, Op op, const call_options& opt = {}) 
   check_op_for<std::remove_const_t<T>, Op>();
   static_assert(!std::is_const_v<T>, "gradsync: the in-place allreduce writes its buffer; pass "
                                      "a device_span of non-const elements");
-  constexpr bool native = std::is_same_v<A, algo::native>;
+  constexpr bool native = requires { requires A::needs_native; };  // algo::native
   static_assert(native || device_algorithm_for<A, Tr>,
                 "gradsync: this algorithm is written for host memory (it reduces on the host "
                 "and uses host scratch); on device memory use algo::native (transport::nccl, "

@@ -1,0 +1,20 @@
+// Every host-side CUDA header compiles with the plain host compiler (no nvcc), and the
+// nccl native path instantiates from host code: this file only has to build.
+#include <gradsync/algorithm/native.hpp>
+#include <gradsync/core/cuda_check.hpp>
+#include <gradsync/core/device_memory.hpp>
+#include <gradsync/kernels/device_body.hpp>
+#include <gradsync/kernels/device_executor.hpp>
+#include <gradsync/kernels/device_pack.hpp>
+#include <gradsync/transport/cuda_ipc.hpp>
+#include <gradsync/transport/cuda_ipc_fork.hpp>
+#include <gradsync/transport/nccl.hpp>
+#include <gradsync/transport/nccl_group.hpp>
+#include <gradsync/transport/nccl_ring.hpp>
+
+namespace gs = gradsync;
+
+void gradsync_host_native_allreduce(gs::transport::nccl& t, gs::bfloat16* gpu, std::size_t n) {
+  gs::allreduce<gs::algo::native>(t, gs::device_span<gs::bfloat16>(gpu, n), gs::op::avg);
+  t.synchronize(gs::deadline::after(gs::seconds_d{10}));
+}
