@@ -1,0 +1,418 @@
+// transport::mpi — host memory over MPI point-to-point, the path across hosts. Works
+// with Open MPI and MPICH. Include this header explicitly (it needs <mpi.h>); the
+// umbrella gradsync.hpp stays MPI-free.
+//
+//   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+//   gradsync::transport::mpi t{MPI_COMM_WORLD};          // collective: every rank
+//   gradsync::allreduce<gradsync::algo::ring>(t, std::span<float>(grad), gradsync::op::avg);
+//
+// The communicator handed in is duplicated (its own context), so library messages
+// never match the user's. Every wait polls with MPI_Test under a deadline (see
+// mpi_poll.hpp): a rank that never calls raises errc::timeout instead of a hang.
+#pragma once
+
+#include <mpi.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <memory>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gradsync/algorithm/concept.hpp"
+#include "gradsync/core/deadline.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/core/log.hpp"
+#include "gradsync/core/op.hpp"
+#include "gradsync/core/workspace.hpp"
+#include "gradsync/kernels/host.hpp"
+#include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/mpi_poll.hpp"
+#include "gradsync/transport/mpi_types.hpp"
+
+namespace gradsync::transport {
+
+/// Options of transport::mpi. Must be the same on every rank of the communicator.
+struct mpi_options {
+  /// Largest single MPI message (MPI counts are int). Longer sends and receives are
+  /// split into pieces of this size, and algo::native reduces in chunks of this many
+  /// bytes. Tests lower it to run the split path without 2 GiB buffers.
+  std::size_t max_message_bytes = static_cast<std::size_t>(INT_MAX);
+};
+
+class mpi {
+ public:
+  static constexpr std::string_view name = "mpi";
+  static constexpr memory_space memory = memory_space::host;
+  static constexpr bool peer_access = false;
+  static constexpr bool native_allreduce = true;
+
+  /// A posted send or receive: one MPI request per piece of at most max_message_bytes.
+  /// Destroying an unfinished one cancels it (receives reliably; sends as far as the MPI
+  /// allows) and never blocks.
+  class request {
+   public:
+    request() = default;
+    request(request&& o) noexcept { take(o); }
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        cancel();
+        take(o);
+      }
+      return *this;
+    }
+    request(const request&) = delete;
+    request& operator=(const request&) = delete;
+    ~request() { cancel(); }
+
+    /// True while some piece has not been waited for.
+    bool active() const { return next_ < parts_; }
+    /// Number of MPI messages this send or receive was split into.
+    std::size_t parts() const { return parts_; }
+
+   private:
+    friend class mpi;
+    MPI_Request& part(std::size_t i) { return i == 0 ? first_ : more_[i - 1]; }
+    std::size_t piece_bytes(std::size_t i) const { return std::min(piece_, bytes_ - i * piece_); }
+    void reset() noexcept {
+      first_ = MPI_REQUEST_NULL;
+      more_.clear();
+      parts_ = next_ = 0;
+    }
+    void take(request& o) noexcept {
+      first_ = std::exchange(o.first_, MPI_REQUEST_NULL);
+      more_ = std::move(o.more_);
+      parts_ = std::exchange(o.parts_, 0);
+      next_ = std::exchange(o.next_, 0);
+      bytes_ = o.bytes_;
+      piece_ = o.piece_;
+      peer_ = o.peer_;
+      tag_ = o.tag_;
+      is_send_ = o.is_send_;
+      o.more_.clear();
+    }
+    void cancel() noexcept {
+      if (parts_ && detail::mpi_usable()) {
+        for (std::size_t i = next_; i < parts_; ++i) cancel_one(part(i));
+      }
+      reset();
+    }
+    // A cancelled receive completes at once, and a matched one as soon as its data is in;
+    // poll it a while so MPI stops writing into the caller's buffer before we return.
+    // A send nobody receives never completes (Open MPI cannot cancel sends), so after a
+    // few polls it is handed to MPI_Request_free, which completes it in the background.
+    void cancel_one(MPI_Request& q) const noexcept {
+      if (q == MPI_REQUEST_NULL) return;
+      MPI_Cancel(&q);
+      const auto until =
+          clock::now() + (is_send_ ? std::chrono::milliseconds(1) : std::chrono::milliseconds(200));
+      int done = 0;
+      while (!done && MPI_Test(&q, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+             clock::now() < until) {
+        sched_yield();
+      }
+      if (!done && q != MPI_REQUEST_NULL) MPI_Request_free(&q);
+    }
+
+    MPI_Request first_ = MPI_REQUEST_NULL;
+    std::vector<MPI_Request> more_;  // pieces 1.. of a message over max_message_bytes
+    std::size_t parts_ = 0, next_ = 0, bytes_ = 0, piece_ = 1, peer_ = 0;
+    std::uint32_t tag_ = 0;
+    bool is_send_ = false;
+  };
+
+  /// Collective over `comm`: duplicates it (MPI_Comm_idup, polled with the default
+  /// deadline) and sets MPI_ERRORS_RETURN on the duplicate.
+  explicit mpi(MPI_Comm comm, mpi_options opt = {}) : opt_(opt) {
+    check_usable_and_options(comm);
+    // MPI fills the new handle in when the idup completes: give it storage that outlives
+    // a timed-out constructor (a collective cannot be cancelled, so that one is leaked).
+    auto slot = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::check_mpi(MPI_Comm_idup(comm, slot.get(), &req), "MPI_Comm_idup", {});
+    MPI_Status st;
+    const int rc = detail::mpi_poll(req, st, deadline::after(default_timeout()));
+    if (rc == detail::mpi_poll_timed_out) {
+      (void)slot.release();
+      throw error(errc::timeout, {},
+                  "MPI_Comm_idup did not complete before the deadline: every rank of the "
+                  "communicator must construct transport::mpi (set GRADSYNC_TIMEOUT to wait "
+                  "longer)");
+    }
+    detail::check_mpi(rc, "MPI_Comm_idup", {});
+    comm_ = *slot;
+    adopt();
+  }
+
+  mpi(const mpi&) = delete;
+  mpi& operator=(const mpi&) = delete;
+  mpi(mpi&& o) noexcept { swap(o); }
+  mpi& operator=(mpi&& o) noexcept {
+    if (this != &o) {
+      release();
+      swap(o);
+    }
+    return *this;
+  }
+  ~mpi() { release(); }
+
+  std::size_t rank() const { return rank_; }
+  std::size_t size() const { return size_; }
+  /// The transport's own communicator (the duplicate), e.g. for a user's MPI_Barrier.
+  MPI_Comm comm() const { return comm_; }
+  const mpi_options& options() const { return opt_; }
+
+  request isend(std::size_t peer, const void* data, std::size_t bytes, std::uint32_t tag) {
+    return post(true, peer, const_cast<void*>(data), bytes, tag);
+  }
+  request irecv(std::size_t peer, void* data, std::size_t bytes, std::uint32_t tag) {
+    return post(false, peer, data, bytes, tag);
+  }
+
+  /// Completes every piece of `r` or throws: errc::timeout past `d`, errc::mismatch when
+  /// the peer sent a different number of bytes, errc::transport for any other MPI error.
+  void wait(request& r, deadline d) {
+    while (r.next_ < r.parts_) {
+      MPI_Request& q = r.part(r.next_);
+      MPI_Status st;
+      const int rc = detail::mpi_poll(q, st, d);
+      if (rc == detail::mpi_poll_timed_out) {
+        const std::size_t peer = r.peer_, bytes = r.bytes_;
+        const std::uint32_t tag = r.tag_;
+        const bool send = r.is_send_;
+        r.cancel();
+        throw error(errc::timeout, site(peer),
+                    std::string("deadline passed while waiting to ") +
+                        (send ? "send " : "receive ") + std::to_string(bytes) + " bytes " +
+                        (send ? "to" : "from") + " the peer (tag " + std::to_string(tag) +
+                        "; set GRADSYNC_TIMEOUT or call_options::timeout to wait longer)");
+      }
+      if (rc != MPI_SUCCESS) fail(r, rc);
+      if (!r.is_send_) {
+        int got = 0;
+        MPI_Get_count(&st, MPI_BYTE, &got);
+        if (static_cast<std::size_t>(got) != r.piece_bytes(r.next_)) {
+          const std::size_t peer = r.peer_, bytes = r.bytes_;
+          const std::size_t sent = r.next_ * r.piece_ + static_cast<std::size_t>(got);
+          r.cancel();
+          throw error(errc::mismatch, site(peer),
+                      "message size differs: this rank expected " + std::to_string(bytes) +
+                          " bytes, the peer sent " + std::to_string(sent));
+        }
+      }
+      ++r.next_;
+    }
+    r.reset();
+  }
+
+  std::uint64_t next_seq() { return seq_++; }
+  std::uint64_t last_seq() const { return seq_ - 1; }
+  workspace& scratch() { return scratch_; }
+  kernels::host_executor executor() const { return {}; }
+
+  /// The ranks that pass the same `color` (>= 0) form a new transport, ordered by `key`
+  /// then by rank here (MPI_Comm_split; collective over this transport's ranks).
+  mpi split(int color, int key) {
+    if (color < 0) {
+      throw error(errc::invalid_argument, site(error_site::npos),
+                  "split color must be >= 0 (every rank joins exactly one group)");
+    }
+    MPI_Comm c = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Comm_split(comm_, color, key, &c), "MPI_Comm_split",
+                      site(error_site::npos));
+    return mpi(c, opt_, adopt_tag{});
+  }
+
+  /// algo::native's entry point: MPI_Iallreduce in place, in chunks of at most
+  /// max_message_bytes, each polled under ctx.until. half and bfloat16 use a 2-byte type
+  /// and a user-defined op created once per (type, op) and kept by this transport. avg
+  /// sums, then every rank divides its identical sums, so results stay bitwise equal.
+  template <class T, class Op>
+  void allreduce_native(T* data, std::size_t count, Op op, const call_context& ctx) {
+    check_element_type<T>();
+    check_op_for<T, Op>();
+    const error_site where{rank_, error_site::npos, ctx.seq};
+    if (native_stuck_) {
+      throw error(errc::transport, where,
+                  "an earlier native allreduce on this transport timed out and is still "
+                  "pending inside MPI, so later collectives would pair up wrongly; create a "
+                  "new transport::mpi");
+    }
+    const auto [type, mop] = ops_.template get<T, Op>(where);
+    const std::size_t chunk = std::max<std::size_t>(1, opt_.max_message_bytes / sizeof(T));
+    for (std::size_t off = 0; off < count; off += chunk) {
+      const int len = static_cast<int>(std::min(chunk, count - off));
+      MPI_Request req = MPI_REQUEST_NULL;
+      detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + off, len, type, mop, comm_, &req),
+                        "MPI_Iallreduce", where);
+      MPI_Status st;
+      const int rc = detail::mpi_poll(req, st, ctx.until);
+      if (rc == detail::mpi_poll_timed_out) {
+        // MPI forbids cancelling or freeing a nonblocking collective: keep it until it
+        // completes (if the late ranks ever join) and refuse further native calls.
+        abandoned_.push_back(req);
+        native_stuck_ = true;
+        throw error(errc::timeout, where,
+                    "deadline passed in MPI_Iallreduce of " + std::to_string(count) + " " +
+                        std::string(dtype_name(dtype_of<T>::value)) +
+                        " (some rank did not join; set GRADSYNC_TIMEOUT or "
+                        "call_options::timeout to wait longer)");
+      }
+      detail::check_mpi(rc, "MPI_Iallreduce", where);
+    }
+    kernels::finalize(data, count, size_, op);
+  }
+
+  /// User-defined MPI ops this transport has created (for tests).
+  std::size_t user_ops() const { return ops_.user_ops(); }
+
+  /// Throws errc::invalid_argument unless MPI was initialized with at least `needed`
+  /// thread support (MPI_THREAD_SERIALIZED for one background thread at a time,
+  /// MPI_THREAD_MULTIPLE for concurrent calls). The async allreducer calls this.
+  static void require_thread_level(int needed = MPI_THREAD_SERIALIZED) {
+    if (!detail::mpi_usable()) {
+      throw error(errc::invalid_argument, {},
+                  "MPI is not initialized; call MPI_Init_thread(&argc, &argv, " +
+                      detail::mpi_thread_level_name(needed) + ", &provided) first");
+    }
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    check_thread_level(provided, needed);
+  }
+  /// The check behind require_thread_level, for a given `provided` level.
+  static void check_thread_level(int provided, int needed) {
+    if (provided >= needed) return;
+    const std::string want = detail::mpi_thread_level_name(needed);
+    throw error(errc::invalid_argument, {},
+                "MPI provides " + detail::mpi_thread_level_name(provided) + " but this needs " +
+                    want + (needed == MPI_THREAD_SERIALIZED ? " or MPI_THREAD_MULTIPLE" : "") +
+                    ": initialize MPI with MPI_Init_thread(&argc, &argv, " + want +
+                    ", &provided) and check `provided`");
+  }
+
+ private:
+  struct adopt_tag {};
+  // Takes ownership of an already private communicator (from split).
+  mpi(MPI_Comm owned, mpi_options opt, adopt_tag) : comm_(owned), opt_(opt) { adopt(); }
+
+  void check_usable_and_options(MPI_Comm comm) const {
+    if (!detail::mpi_usable()) {
+      throw error(errc::invalid_argument, {},
+                  "MPI is not initialized (or already finalized); call MPI_Init_thread before "
+                  "creating transport::mpi");
+    }
+    if (comm == MPI_COMM_NULL) {
+      throw error(errc::invalid_argument, {},
+                  "transport::mpi needs a communicator, not MPI_COMM_NULL");
+    }
+    if (opt_.max_message_bytes == 0 || opt_.max_message_bytes > static_cast<std::size_t>(INT_MAX)) {
+      throw error(errc::invalid_argument, {},
+                  "mpi_options::max_message_bytes must be in [1, INT_MAX], got " +
+                      std::to_string(opt_.max_message_bytes));
+    }
+  }
+
+  void adopt() {
+    try {
+      detail::check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN),
+                        "MPI_Comm_set_errhandler", {});
+      int r = 0, n = 0;
+      detail::check_mpi(MPI_Comm_rank(comm_, &r), "MPI_Comm_rank", {});
+      detail::check_mpi(MPI_Comm_size(comm_, &n), "MPI_Comm_size", {});
+      rank_ = static_cast<std::size_t>(r);
+      size_ = static_cast<std::size_t>(n);
+    } catch (...) {
+      MPI_Comm_free(&comm_);
+      throw;
+    }
+    log(log_level::debug, rank_, "transport::mpi: rank %zu of %zu, max message %zu bytes", rank_,
+        size_, opt_.max_message_bytes);
+  }
+
+  void release() noexcept {
+    if (comm_ == MPI_COMM_NULL) return;
+    if (detail::mpi_usable()) {
+      for (MPI_Request& q : abandoned_) {
+        int done = 0;
+        MPI_Test(&q, &done, MPI_STATUS_IGNORE);  // if the late ranks joined, it is done
+      }
+      ops_.release();
+      MPI_Comm_free(&comm_);  // pending operations still complete; MPI frees it after
+    }
+    comm_ = MPI_COMM_NULL;
+  }
+
+  void swap(mpi& o) noexcept {
+    std::swap(comm_, o.comm_);
+    std::swap(rank_, o.rank_);
+    std::swap(size_, o.size_);
+    std::swap(opt_, o.opt_);
+    std::swap(seq_, o.seq_);
+    std::swap(scratch_, o.scratch_);
+    std::swap(ops_, o.ops_);
+    std::swap(abandoned_, o.abandoned_);
+    std::swap(native_stuck_, o.native_stuck_);
+  }
+
+  error_site site(std::size_t peer) const { return {rank_, peer, seq_ - 1}; }
+
+  [[noreturn]] void fail(request& r, int rc) {
+    const std::size_t peer = r.peer_, bytes = r.bytes_;
+    const bool send = r.is_send_;
+    r.cancel();
+    if (detail::mpi_error_class(rc) == MPI_ERR_TRUNCATE) {
+      throw error(errc::mismatch, site(peer),
+                  "message size differs: this rank expected " + std::to_string(bytes) +
+                      " bytes and the peer sent more (" + detail::mpi_error_text(rc) + ")");
+    }
+    throw error(errc::transport, site(peer),
+                std::string(send ? "MPI_Isend" : "MPI_Irecv") + " of " + std::to_string(bytes) +
+                    " bytes failed: " + detail::mpi_error_text(rc));
+  }
+
+  request post(bool is_send, std::size_t peer, void* buf, std::size_t bytes, std::uint32_t tag) {
+    if (peer >= size_) {
+      throw error(errc::invalid_argument, site(peer),
+                  "peer rank out of range (group of " + std::to_string(size_) + ")");
+    }
+    request r;
+    r.peer_ = peer;
+    r.tag_ = tag;
+    r.is_send_ = is_send;
+    r.bytes_ = bytes;
+    r.piece_ = opt_.max_message_bytes;
+    const std::size_t parts = bytes == 0 ? 1 : (bytes + r.piece_ - 1) / r.piece_;
+    if (parts > 1) r.more_.assign(parts - 1, MPI_REQUEST_NULL);
+    auto* p = static_cast<std::byte*>(buf);
+    for (std::size_t i = 0; i < parts; ++i) {
+      const int len = static_cast<int>(r.piece_bytes(i));
+      const int rc = is_send ? MPI_Isend(p + i * r.piece_, len, MPI_BYTE, static_cast<int>(peer),
+                                         static_cast<int>(tag), comm_, &r.part(i))
+                             : MPI_Irecv(p + i * r.piece_, len, MPI_BYTE, static_cast<int>(peer),
+                                         static_cast<int>(tag), comm_, &r.part(i));
+      r.parts_ = i + 1;  // the destructor cancels what was posted if a later piece fails
+      if (rc != MPI_SUCCESS) fail(r, rc);
+    }
+    return r;
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::size_t rank_ = 0, size_ = 0;
+  mpi_options opt_{};
+  std::uint64_t seq_ = 0;
+  workspace scratch_;
+  detail::mpi_op_cache ops_;
+  std::vector<MPI_Request> abandoned_;  // timed-out nonblocking collectives (see above)
+  bool native_stuck_ = false;
+};
+
+static_assert(gradsync::transport_policy<mpi>);
+
+}  // namespace gradsync::transport

@@ -1,0 +1,216 @@
+// Cross-rank mistakes on transport::mpi end quickly with the right error on every rank:
+// one rank with a different count, element type, op or algorithm -> errc::mismatch
+// naming the ranks and values; a rank that comes late -> errc::timeout on the others,
+// and the late rank's own call ends too (timeout or mismatch), so the job finishes
+// cleanly. Each case uses its own transport (its own communicator context), so stale
+// messages of a failed call cannot match a later case.
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gradsync/algorithm/native.hpp>
+#include <gradsync/gradsync.hpp>
+#include <gradsync/testing/exact_inputs.hpp>
+#include <gradsync/transport/mpi.hpp>
+
+#include "mpi_harness.hpp"
+
+namespace gs = gradsync;
+using gs::testbed::contains;
+
+namespace {
+
+using clk = std::chrono::steady_clock;
+double since(clk::time_point t0) {
+  return std::chrono::duration<double>(clk::now() - t0).count();
+}
+
+gs::call_options within(double s, bool check = true) {
+  return {gs::seconds_d{s}, check};
+}
+
+// After an agreed mismatch the transport is still in step on every rank.
+template <class A>
+void still_works(gs::transport::mpi& t) {
+  std::vector<float> v(1000);
+  gs::testing::fill_inputs(std::span<float>(v), gs::reduce_op::sum, t.rank(), t.size());
+  gs::allreduce<A>(t, std::span<float>(v), gs::op::sum, within(30));
+  GS_CHECK_MSG(
+      gs::testing::count_wrong(std::span<const float>(v), gs::reduce_op::sum, t.size()) == 0,
+      "the call after a mismatch is wrong");
+}
+
+// Runs `call` (which must throw errc::mismatch on every rank) and checks the message
+// holds every piece of `want` and that it came back quickly.
+template <class F>
+void expect_mismatch(F&& call, const std::vector<std::string>& want) {
+  const auto t0 = clk::now();
+  const std::string m = GS_CHECK_ERROR(call(), gs::errc::mismatch);
+  GS_CHECK_MSG(since(t0) < 5.0, "mismatch took " + std::to_string(since(t0)) + " s");
+  for (const auto& w : want) GS_CHECK_MSG(contains(m, w), "'" + w + "' not in: " + m);
+}
+
+template <class A>
+void count_mismatch() {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  const std::size_t odd = t.size() - 1;
+  std::vector<float> v(t.rank() == odd ? 101 : 100);
+  const std::string who =
+      "rank " + std::to_string(odd) + " differs from rank 0 in count 100 vs 101";
+  expect_mismatch([&] { gs::allreduce<A>(t, std::span<float>(v), gs::op::sum, within(10)); },
+                  {"on rank " + std::to_string(t.rank()), who, "1 rank(s) differ"});
+  still_works<A>(t);
+}
+
+template <class A>
+void type_mismatch() {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  // Rank 0 is the odd one here: every other rank is reported against it.
+  std::vector<float> f(64);
+  std::vector<double> d(64);
+  expect_mismatch(
+      [&] {
+        if (t.rank() == 0) {
+          gs::allreduce<A>(t, std::span<double>(d), gs::op::sum, within(10));
+        } else {
+          gs::allreduce<A>(t, std::span<float>(f), gs::op::sum, within(10));
+        }
+      },
+      {"rank 1 differs from rank 0 in element type float64 vs float32",
+       std::to_string(t.size() - 1) + " rank(s) differ"});
+  still_works<A>(t);
+}
+
+template <class A>
+void op_mismatch() {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  const std::size_t odd = t.size() / 2;
+  std::vector<std::int32_t> v(10);
+  expect_mismatch(
+      [&] {
+        if (t.rank() == odd) {
+          gs::allreduce<A>(t, std::span<std::int32_t>(v), gs::op::max, within(10));
+        } else {
+          gs::allreduce<A>(t, std::span<std::int32_t>(v), gs::op::sum, within(10));
+        }
+      },
+      {"rank " + std::to_string(odd) + " differs from rank 0 in op sum vs max"});
+  still_works<A>(t);
+}
+
+// The last rank comes 0.6 s late; everyone else gives up after 0.25 s with a timeout
+// that names it and the call. The late rank then calls with a different count and a
+// short timeout: it must end too (timeout, or mismatch against stale headers).
+template <class A>
+void late_rank() {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  const std::size_t late = t.size() - 1;
+  std::vector<float> v(t.rank() == late ? 1001 : 1000);
+  if (t.rank() != late) {
+    const auto t0 = clk::now();
+    const std::string m = GS_CHECK_ERROR(
+        gs::allreduce<A>(t, std::span<float>(v), gs::op::sum, within(0.25)), gs::errc::timeout);
+    const double s = since(t0);
+    GS_CHECK_MSG(s >= 0.24 && s < 3.0, "timeout after " + std::to_string(s) + " s");
+    GS_CHECK_MSG(contains(m, "on rank " + std::to_string(t.rank())) && contains(m, "in op #0") &&
+                     contains(m, "(peer "),
+                 m);
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    const auto t0 = clk::now();
+    try {
+      gs::allreduce<A>(t, std::span<float>(v), gs::op::sum, within(0.25));
+      GS_CHECK_MSG(false, "the late rank's call succeeded alone");
+    } catch (const gs::error& e) {
+      GS_CHECK_MSG(e.code() == gs::errc::timeout || e.code() == gs::errc::mismatch, e.what());
+    }
+    GS_CHECK_MSG(since(t0) < 3.0, "late rank took " + std::to_string(since(t0)) + " s");
+  }
+  gs::testbed::keep_until_exit(std::move(t));  // the late rank's messages may be in flight
+}
+
+}  // namespace
+
+GS_MPI_TEST("errors: count mismatch (ring)", 30) {
+  count_mismatch<gs::algo::ring>();
+}
+GS_MPI_TEST("errors: count mismatch (native)", 30) {
+  count_mismatch<gs::algo::native>();
+}
+GS_MPI_TEST("errors: count mismatch (halving_doubling)", 30) {
+  count_mismatch<gs::algo::halving_doubling>();
+}
+GS_MPI_TEST("errors: element type mismatch (tree)", 30) {
+  type_mismatch<gs::algo::tree>();
+}
+GS_MPI_TEST("errors: element type mismatch (native)", 30) {
+  type_mismatch<gs::algo::native>();
+}
+GS_MPI_TEST("errors: op mismatch (auto_select)", 30) {
+  op_mismatch<gs::algo::auto_select>();
+}
+GS_MPI_TEST("errors: op mismatch (native)", 30) {
+  op_mismatch<gs::algo::native>();
+}
+
+GS_MPI_TEST("errors: algorithm mismatch", 30) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  std::vector<float> v(100);
+  expect_mismatch(
+      [&] {
+        if (t.rank() == 1) {
+          gs::allreduce<gs::algo::tree>(t, std::span<float>(v), gs::op::sum, within(10));
+        } else {
+          gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, within(10));
+        }
+      },
+      {"rank 1 differs from rank 0 in algorithm ring vs tree"});
+}
+
+GS_MPI_TEST("errors: a late rank times out the others (ring)", 30) {
+  late_rank<gs::algo::ring>();
+}
+GS_MPI_TEST("errors: a late rank times out the others (native)", 30) {
+  late_rank<gs::algo::native>();
+}
+
+// Without the consistency check the timeout happens inside MPI_Iallreduce, which MPI
+// cannot cancel: the others keep it pending and refuse further native calls; the late
+// rank then joins it and gets the full, exact result.
+GS_MPI_TEST("errors: native timeout inside MPI_Iallreduce, then the late rank joins", 30) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  const std::size_t late = t.size() - 1;
+  std::vector<float> v(1000);
+  gs::testing::fill_inputs(std::span<float>(v), gs::reduce_op::sum, t.rank(), t.size());
+  if (t.rank() != late) {
+    const std::string m = GS_CHECK_ERROR(
+        gs::allreduce<gs::algo::native>(t, std::span<float>(v), gs::op::sum, within(0.25, false)),
+        gs::errc::timeout);
+    GS_CHECK_MSG(contains(m, "MPI_Iallreduce of 1000 float32"), m);
+    std::vector<float> w(10);
+    const std::string m2 = GS_CHECK_ERROR(
+        gs::allreduce<gs::algo::native>(t, std::span<float>(w), gs::op::sum, within(1, false)),
+        gs::errc::transport);
+    GS_CHECK_MSG(contains(m2, "create a new transport::mpi"), m2);
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    gs::allreduce<gs::algo::native>(t, std::span<float>(v), gs::op::sum, within(30, false));
+    GS_CHECK(gs::testing::count_wrong(std::span<const float>(v), gs::reduce_op::sum, t.size()) ==
+             0);
+  }
+  // The others' abandoned MPI_Iallreduce completes while they wait in the harness; it
+  // writes into `v`, so `v` and the transport stay alive until the end of the run.
+  gs::testbed::keep_until_exit(std::move(v));
+  gs::testbed::keep_until_exit(std::move(t));
+}

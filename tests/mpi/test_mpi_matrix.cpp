@@ -1,0 +1,143 @@
+// The correctness matrix on transport::mpi: every algorithm x element type x op
+// (avg for floating types only) x count {0, 1, n-1, n, 1000003, 2^20+7}, in place at
+// an odd element offset and out of place (input at offset 0, output at offset 1).
+// Results must equal the exact expected values (testing::count_wrong == 0), be
+// bitwise identical on every rank (testing::fnv1a64 of the output, allgathered), leave
+// the input of the out-of-place call untouched and write nothing outside the output.
+//
+// Runtime: the two large counts run in the 2- and 3-rank jobs only (a power of two and
+// a non-power of two, multi-segment pipelines included); every rank count runs every
+// algorithm x type x op at the small counts. GRADSYNC_TEST_FULL=1 runs everything.
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gradsync/algorithm/native.hpp>
+#include <gradsync/gradsync.hpp>
+#include <gradsync/testing/exact_inputs.hpp>
+#include <gradsync/transport/mpi.hpp>
+
+#include "mpi_harness.hpp"
+
+namespace gs = gradsync;
+
+namespace {
+
+using algorithms = std::tuple<gs::algo::ring, gs::algo::tree, gs::algo::halving_doubling,
+                              gs::algo::auto_select, gs::algo::native>;
+using element_types = std::tuple<float, double, gs::half, gs::bfloat16, std::int32_t, std::int64_t>;
+
+bool full_matrix() {
+  const char* e = std::getenv("GRADSYNC_TEST_FULL");
+  return e && *e && std::strcmp(e, "0") != 0;
+}
+
+std::vector<std::size_t> counts_for(std::size_t n) {
+  std::vector<std::size_t> c{0, 1};
+  if (n - 1 > 1) c.push_back(n - 1);
+  if (n > 1) c.push_back(n);
+  if (n == 2 || n == 3 || full_matrix()) {
+    c.push_back(1000003);
+    c.push_back((std::size_t{1} << 20) + 7);
+  }
+  return c;
+}
+
+template <class T>
+std::uint64_t hash_of(std::span<const T> s) {
+  return gs::testing::fnv1a64(s.data(), s.size_bytes());
+}
+
+template <class T>
+bool bytes_are(const T& v, unsigned char b) {
+  unsigned char want[sizeof(T)];
+  std::memset(want, b, sizeof want);
+  return std::memcmp(&v, want, sizeof(T)) == 0;
+}
+
+// Cost per call at ~1M elements is dominated by the checks, so each is done once: the
+// in-place result against the exact values (count_wrong), the out-of-place result
+// against the in-place one (bitwise, memcmp), the input against a pristine copy, and one
+// FNV-1a hash of the result allgathered across ranks.
+template <class A, class T, class Op>
+void check_one(gs::transport::mpi& t, std::size_t count, Op op) {
+  const std::size_t n = t.size(), r = t.rank();
+  const std::string what = std::string(A::name) + " " +
+                           std::string(gs::dtype_name(gs::dtype_of<T>::value)) + " " +
+                           std::string(gs::op_name(Op::id)) + " count " + std::to_string(count);
+  const gs::call_options opt{gs::seconds_d{60}, true};
+  constexpr unsigned char guard = 0x5a;
+  const std::size_t bytes = count * sizeof(T);
+
+  std::vector<T> in(count), pristine(count), inplace(count + 2), out(count + 2);
+  std::memset(static_cast<void*>(inplace.data()), guard, inplace.size() * sizeof(T));
+  std::memset(static_cast<void*>(out.data()), guard, out.size() * sizeof(T));
+  gs::testing::fill_inputs(std::span<T>(in), Op::id, r, n);
+  if (count) std::memcpy(static_cast<void*>(pristine.data()), in.data(), bytes);
+
+  // In place, starting at element 1 (an odd element offset).
+  const std::span<T> ip(inplace.data() + 1, count);
+  if (count) std::memcpy(static_cast<void*>(ip.data()), in.data(), bytes);
+  gs::allreduce<A>(t, ip, op, opt);
+  const std::size_t wrong_ip = gs::testing::count_wrong(std::span<const T>(ip), Op::id, n);
+  GS_CHECK_MSG(wrong_ip == 0, what + " in place: " + std::to_string(wrong_ip) + " wrong");
+  GS_CHECK_MSG(bytes_are(inplace.front(), guard) && bytes_are(inplace.back(), guard),
+               what + " in place wrote outside its span");
+
+  // Out of place: input at offset 0, output at offset 1; must equal the in-place result.
+  const std::span<T> oo(out.data() + 1, count);
+  gs::allreduce<A>(t, std::span<const T>(in), oo, op, opt);
+  if (count && std::memcmp(oo.data(), ip.data(), bytes) != 0) {
+    const std::size_t wrong_oo = gs::testing::count_wrong(std::span<const T>(oo), Op::id, n);
+    GS_CHECK_MSG(false, what + " out of place differs from in place; " + std::to_string(wrong_oo) +
+                            " wrong");
+  }
+  GS_CHECK_MSG(!count || std::memcmp(in.data(), pristine.data(), bytes) == 0,
+               what + " out of place modified its input");
+  GS_CHECK_MSG(bytes_are(out.front(), guard) && bytes_are(out.back(), guard),
+               what + " out of place wrote outside its span");
+
+  // Bitwise identical on every rank.
+  GS_CHECK_MSG(gs::testbed::same_on_all_ranks({hash_of(std::span<const T>(ip))}),
+               what + ": ranks hold different bits");
+}
+
+template <class A, class T>
+void matrix_case() {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  for (const std::size_t count : counts_for(t.size())) {
+    check_one<A, T>(t, count, gs::op::sum);
+    check_one<A, T>(t, count, gs::op::prod);
+    check_one<A, T>(t, count, gs::op::min);
+    check_one<A, T>(t, count, gs::op::max);
+    if constexpr (gs::is_floating_element_v<T>) check_one<A, T>(t, count, gs::op::avg);
+  }
+}
+
+template <class A, class T>
+void register_one() {
+  gs::testbed::mpi_registry().push_back({"matrix: " + std::string(A::name) + " " +
+                                             std::string(gs::dtype_name(gs::dtype_of<T>::value)),
+                                         &matrix_case<A, T>, 300});
+}
+
+template <class A, class... Ts>
+void register_algo(std::tuple<Ts...>*) {
+  (register_one<A, Ts>(), ...);
+}
+
+template <class... As>
+bool register_all(std::tuple<As...>*) {
+  (register_algo<As>(static_cast<element_types*>(nullptr)), ...);
+  return true;
+}
+
+const bool registered = register_all(static_cast<algorithms*>(nullptr));
+
+}  // namespace

@@ -1,0 +1,296 @@
+// transport::mpi on its own: traits, isolation from user traffic, point-to-point,
+// splitting of long messages (lowered threshold and the real > INT_MAX path), size
+// mismatches, timeouts, split(), options, the thread-level check and the op cache.
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gradsync/algorithm/native.hpp>
+#include <gradsync/gradsync.hpp>
+#include <gradsync/testing/exact_inputs.hpp>
+#include <gradsync/transport/mpi.hpp>
+
+#include "mpi_harness.hpp"
+
+namespace gs = gradsync;
+using gs::testbed::world_rank;
+using gs::testbed::world_size;
+
+namespace {
+
+static_assert(gs::transport_policy<gs::transport::mpi>);
+static_assert(gs::transport::mpi::name == "mpi");
+static_assert(gs::transport::mpi::memory == gs::memory_space::host);
+static_assert(!gs::transport::mpi::peer_access && gs::transport::mpi::native_allreduce);
+static_assert(gs::algorithm_for<gs::algo::native, gs::transport::mpi>);
+
+gs::call_options quick(double s = 30) {
+  return {gs::seconds_d{s}, true};
+}
+
+// A byte pattern that depends on the sender and the position.
+std::uint8_t pattern(std::size_t from, std::size_t i) {
+  return static_cast<std::uint8_t>((i * 131 + from * 29 + (i >> 8)) & 0xff);
+}
+
+// Sends `bytes` bytes to the right neighbour and checks what arrives from the left.
+void ring_exchange(gs::transport::mpi& t, std::size_t bytes, std::size_t want_parts) {
+  const std::size_t n = t.size(), r = t.rank(), right = (r + 1) % n, left = (r + n - 1) % n;
+  std::vector<std::uint8_t> out(bytes), in(bytes + 1, 0xee);
+  for (std::size_t i = 0; i < bytes; ++i) out[i] = pattern(r, i);
+  const auto d = gs::deadline::after(gs::seconds_d{30});
+  auto rq = t.irecv(left, in.data(), bytes, 7);
+  auto sq = t.isend(right, out.data(), bytes, 7);
+  GS_CHECK_MSG(rq.parts() == want_parts && sq.parts() == want_parts,
+               std::to_string(bytes) + " bytes in " + std::to_string(rq.parts()) + " parts");
+  t.wait(rq, d);
+  t.wait(sq, d);
+  GS_CHECK(!rq.active() && !sq.active());
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < bytes; ++i) wrong += in[i] != pattern(left, i);
+  GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " of " + std::to_string(bytes) + " bytes wrong");
+  GS_CHECK_MSG(in[bytes] == 0xee, "receive wrote past its buffer");
+}
+
+template <class A, class T>
+void exact_sum(gs::transport::mpi& t, std::size_t count) {
+  std::vector<T> v(count);
+  gs::testing::fill_inputs(std::span<T>(v), gs::reduce_op::sum, t.rank(), t.size());
+  gs::allreduce<A>(t, std::span<T>(v), gs::op::sum, quick());
+  const std::size_t wrong =
+      gs::testing::count_wrong(std::span<const T>(v), gs::reduce_op::sum, t.size());
+  GS_CHECK_MSG(wrong == 0, std::string(A::name) + ": " + std::to_string(wrong) + " of " +
+                               std::to_string(count) + " wrong");
+}
+
+std::size_t mem_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  std::size_t kb = 0;
+  while (f >> key >> kb) {
+    if (key == "MemAvailable:") return kb * 1024;
+    f.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+}  // namespace
+
+GS_MPI_TEST("transport: rank, size and a private communicator", 30) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  GS_CHECK(t.rank() == world_rank());
+  GS_CHECK(t.size() == world_size());
+  int cmp = MPI_UNEQUAL;
+  MPI_Comm_compare(t.comm(), MPI_COMM_WORLD, &cmp);
+  GS_CHECK_MSG(cmp == MPI_CONGRUENT, "the transport must use a duplicate, not the user's comm");
+  GS_CHECK(t.next_seq() == 0 && t.next_seq() == 1 && t.last_seq() == 1);
+  GS_CHECK(t.scratch().get(0, 100) != nullptr);
+}
+
+// A user message on the user's communicator, with the very tag and route the library
+// uses first, must neither be consumed by the library nor disturb its result.
+GS_MPI_TEST("transport: library traffic never matches user messages", 30) {
+  if (world_size() < 2) GS_SKIP("needs 2 ranks");
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  const int r = static_cast<int>(world_rank()), n = static_cast<int>(world_size());
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  const std::uint32_t tag = gs::data_tag(0);
+  std::uint64_t user_out = 0xabcdef0000ull + static_cast<std::uint64_t>(r), user_in = 0;
+  MPI_Request sreq, rreq;
+  MPI_Isend(&user_out, 1, MPI_UINT64_T, right, static_cast<int>(tag), MPI_COMM_WORLD, &sreq);
+  exact_sum<gs::algo::ring, float>(t, 1000);
+  MPI_Irecv(&user_in, 1, MPI_UINT64_T, left, static_cast<int>(tag), MPI_COMM_WORLD, &rreq);
+  gs::testbed::harness_wait(rreq, "user recv");
+  gs::testbed::harness_wait(sreq, "user send");
+  GS_CHECK(user_in == 0xabcdef0000ull + static_cast<std::uint64_t>(left));
+}
+
+GS_MPI_TEST("transport: point-to-point around the ring, sizes 0 to 1 MB", 60) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  for (std::size_t bytes : {0ul, 1ul, 7ul, 4096ul, 65537ul, 1ul << 20}) ring_exchange(t, bytes, 1);
+}
+
+GS_MPI_TEST("transport: messages longer than max_message_bytes are split", 60) {
+  gs::transport::mpi t{MPI_COMM_WORLD, {.max_message_bytes = 1000}};
+  GS_CHECK(t.options().max_message_bytes == 1000);
+  ring_exchange(t, 999, 1);
+  ring_exchange(t, 1000, 1);
+  ring_exchange(t, 1001, 2);
+  ring_exchange(t, 10007, 11);
+  ring_exchange(t, 0, 1);
+  // Whole algorithms over split messages (every 256 KiB segment is cut into pieces;
+  // native reduces in 250-float chunks).
+  exact_sum<gs::algo::ring, float>(t, 50021);
+  exact_sum<gs::algo::tree, double>(t, 30011);
+  exact_sum<gs::algo::halving_doubling, std::int64_t>(t, 20011);
+  exact_sum<gs::algo::native, float>(t, 50021);
+  exact_sum<gs::algo::native, gs::half>(t, 20011);
+}
+
+// The real path: one message of more than INT_MAX bytes (2 MPI messages with the
+// default options). Needs about 2 GiB on each of ranks 0 and 1, so it runs in the
+// 2-rank job only, and only when the memory is there.
+GS_MPI_TEST("transport: a real message over INT_MAX bytes", 120) {
+  if (world_size() != 2) GS_SKIP("runs in the 2-rank job only");
+  const std::size_t bytes = static_cast<std::size_t>(INT_MAX) + 4097;
+  const bool room = mem_available_bytes() > 3 * bytes;  // checked by rank 0 for everyone
+  std::vector<std::uint64_t> ok = gs::testbed::world_allgather({room ? 1ull : 0ull});
+  if (!ok[0]) GS_SKIP("less than 6.5 GB of memory available");
+  if (const char* e = std::getenv("GRADSYNC_TEST_BIG"); e && !std::strcmp(e, "0")) {
+    GS_SKIP("GRADSYNC_TEST_BIG=0");
+  }
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  const std::size_t words = (bytes + 7) / 8;
+  std::vector<std::uint64_t> buf(words);
+  const auto d = gs::deadline::after(gs::seconds_d{100});
+  if (t.rank() == 0) {
+    for (std::size_t i = 0; i < words; ++i) buf[i] = i * 0x9e3779b97f4a7c15ull;
+    auto q = t.isend(1, buf.data(), bytes, 3);
+    GS_CHECK(q.parts() == 2);
+    t.wait(q, d);
+  } else {
+    auto q = t.irecv(0, buf.data(), bytes, 3);
+    GS_CHECK(q.parts() == 2);
+    t.wait(q, d);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i + 1 < words; ++i) wrong += buf[i] != i * 0x9e3779b97f4a7c15ull;
+    const std::uint64_t last = (words - 1) * 0x9e3779b97f4a7c15ull;
+    wrong += std::memcmp(&buf[words - 1], &last, bytes - (words - 1) * 8) != 0;
+    GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " words wrong");
+  }
+}
+
+GS_MPI_TEST("transport: a different message size is a mismatch, not a corruption", 30) {
+  if (world_size() < 2) GS_SKIP("needs 2 ranks");
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  (void)t.next_seq();
+  std::vector<char> buf(256);
+  const auto d = gs::deadline::after(gs::seconds_d{30});
+  if (t.rank() == 0) {
+    auto a = t.isend(1, buf.data(), 100, 1);  // longer than the receiver expects
+    auto b = t.isend(1, buf.data(), 64, 2);   // shorter than the receiver expects
+    t.wait(a, d);
+    t.wait(b, d);
+  } else if (t.rank() == 1) {
+    auto a = t.irecv(0, buf.data(), 64, 1);
+    const std::string m1 = GS_CHECK_ERROR(t.wait(a, d), gs::errc::mismatch);
+    GS_CHECK_MSG(gs::testbed::contains(m1, "on rank 1 (peer 0) in op #0") &&
+                     gs::testbed::contains(m1, "expected 64 bytes"),
+                 m1);
+    auto b = t.irecv(0, buf.data(), 100, 2);
+    const std::string m2 = GS_CHECK_ERROR(t.wait(b, d), gs::errc::mismatch);
+    GS_CHECK_MSG(gs::testbed::contains(m2, "expected 100 bytes, the peer sent 64"), m2);
+  }
+}
+
+GS_MPI_TEST("transport: a receive nobody sends times out naming rank, peer and seq", 30) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  (void)t.next_seq();
+  (void)t.next_seq();
+  const std::size_t peer = (t.rank() + 1) % t.size();
+  std::vector<char> buf(64);
+  auto q = t.irecv(peer, buf.data(), buf.size(), 99);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string m =
+      GS_CHECK_ERROR(t.wait(q, gs::deadline::after(gs::seconds_d{0.2})), gs::errc::timeout);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  GS_CHECK_MSG(secs >= 0.19 && secs < 5.0, std::to_string(secs) + " s");
+  const std::string want =
+      "on rank " + std::to_string(t.rank()) + " (peer " + std::to_string(peer) + ") in op #1";
+  GS_CHECK_MSG(gs::testbed::contains(m, want) && gs::testbed::contains(m, "GRADSYNC_TIMEOUT"), m);
+  GS_CHECK(!q.active());
+  // The cancelled receive must not swallow a later message with the same tag.
+  gs::testbed::world_barrier();
+  const std::size_t left = (t.rank() + t.size() - 1) % t.size();
+  std::vector<char> out(64, 'x'), in(64, 0);
+  auto rq = t.irecv(peer, in.data(), in.size(), 99);
+  auto sq = t.isend(left, out.data(), out.size(), 99);
+  t.wait(rq, gs::deadline::after(gs::seconds_d{30}));
+  t.wait(sq, gs::deadline::after(gs::seconds_d{30}));
+  GS_CHECK(in == out);
+}
+
+GS_MPI_TEST("transport: split(color, key) forms working sub-groups", 60) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  const std::size_t n = t.size(), r = t.rank();
+  const int color = static_cast<int>(r % 2);
+  // key reverses the order inside each group.
+  gs::transport::mpi sub = t.split(color, static_cast<int>(n - r));
+  const std::size_t group = (n + 1 - static_cast<std::size_t>(color)) / 2;
+  GS_CHECK_MSG(sub.size() == group, std::to_string(sub.size()) + " vs " + std::to_string(group));
+  const std::size_t my_index = r / 2;  // position among my colour, ascending
+  GS_CHECK(sub.rank() == group - 1 - my_index);
+  std::vector<float> v(777);
+  gs::testing::fill_inputs(std::span<float>(v), gs::reduce_op::sum, sub.rank(), sub.size());
+  gs::allreduce<gs::algo::ring>(sub, std::span<float>(v), gs::op::sum, quick());
+  GS_CHECK(gs::testing::count_wrong(std::span<const float>(v), gs::reduce_op::sum, sub.size()) ==
+           0);
+  const std::string m = GS_CHECK_ERROR((void)t.split(-1, 0), gs::errc::invalid_argument);
+  GS_CHECK_MSG(gs::testbed::contains(m, "color must be >= 0"), m);
+  // Moving a transport keeps it working and leaves the source empty.
+  gs::transport::mpi moved = std::move(sub);
+  GS_CHECK(sub.comm() == MPI_COMM_NULL && moved.size() == group);
+  exact_sum<gs::algo::tree, std::int32_t>(moved, 333);
+}
+
+GS_MPI_TEST("transport: bad options and communicators are invalid_argument", 30) {
+  const std::string m1 = GS_CHECK_ERROR(
+      (gs::transport::mpi{MPI_COMM_WORLD, {.max_message_bytes = 0}}), gs::errc::invalid_argument);
+  GS_CHECK_MSG(gs::testbed::contains(m1, "max_message_bytes must be in [1, INT_MAX]"), m1);
+  const std::size_t too_big = static_cast<std::size_t>(INT_MAX) + 1;
+  GS_CHECK_ERROR((gs::transport::mpi{MPI_COMM_WORLD, {.max_message_bytes = too_big}}),
+                 gs::errc::invalid_argument);
+  const std::string m2 =
+      GS_CHECK_ERROR((gs::transport::mpi{MPI_COMM_NULL}), gs::errc::invalid_argument);
+  GS_CHECK_MSG(gs::testbed::contains(m2, "MPI_COMM_NULL"), m2);
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  std::vector<char> b(4);
+  const std::string m3 =
+      GS_CHECK_ERROR((void)t.isend(t.size(), b.data(), 4, 0), gs::errc::invalid_argument);
+  GS_CHECK_MSG(gs::testbed::contains(m3, "peer rank out of range"), m3);
+}
+
+GS_MPI_TEST("transport: the thread-level check names the level needed", 30) {
+  using tr = gs::transport::mpi;
+  const std::string m1 = GS_CHECK_ERROR(
+      tr::check_thread_level(MPI_THREAD_FUNNELED, MPI_THREAD_MULTIPLE), gs::errc::invalid_argument);
+  GS_CHECK_MSG(gs::testbed::contains(m1, "MPI provides MPI_THREAD_FUNNELED") &&
+                   gs::testbed::contains(m1, "needs MPI_THREAD_MULTIPLE") &&
+                   gs::testbed::contains(m1, "MPI_Init_thread"),
+               m1);
+  const std::string m2 = GS_CHECK_ERROR(
+      tr::check_thread_level(MPI_THREAD_SINGLE, MPI_THREAD_SERIALIZED), gs::errc::invalid_argument);
+  GS_CHECK_MSG(gs::testbed::contains(m2, "MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE"), m2);
+  tr::check_thread_level(MPI_THREAD_MULTIPLE, MPI_THREAD_SERIALIZED);  // enough: no throw
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  tr::require_thread_level(provided);  // what the harness got is by definition enough
+  if (provided < MPI_THREAD_MULTIPLE) {
+    GS_CHECK_ERROR(tr::require_thread_level(MPI_THREAD_MULTIPLE), gs::errc::invalid_argument);
+  }
+}
+
+GS_MPI_TEST("native: one user-defined MPI op per (16-bit type, op), reused", 30) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  GS_CHECK(t.user_ops() == 0);
+  exact_sum<gs::algo::native, float>(t, 100);
+  GS_CHECK(t.user_ops() == 0);  // float uses MPI_FLOAT / MPI_SUM
+  exact_sum<gs::algo::native, gs::half>(t, 100);
+  exact_sum<gs::algo::native, gs::half>(t, 100);
+  GS_CHECK(t.user_ops() == 1);
+  std::vector<gs::half> h(10, gs::half(1.0f));
+  gs::allreduce<gs::algo::native>(t, std::span<gs::half>(h), gs::op::avg, quick());
+  GS_CHECK(t.user_ops() == 1);  // avg reduces with sum's op
+  std::vector<gs::bfloat16> b(10, gs::bfloat16(2.0f));
+  gs::allreduce<gs::algo::native>(t, std::span<gs::bfloat16>(b), gs::op::max, quick());
+  GS_CHECK(t.user_ops() == 2);
+  GS_CHECK(h[3] == gs::half(1.0f) && b[9] == gs::bfloat16(2.0f));
+}
