@@ -174,6 +174,14 @@ inline void check_checkpoint_dir(const std::string& dir) {
   }
   ::close(fd);
   ::unlink(probe.c_str());
+  // A run killed while writing leaves its temporary file: it was never renamed into
+  // place, so it is not a checkpoint; remove it (one trainer per directory).
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".ckpt-", 0) == 0 && name.find(".tmp.") != std::string::npos) {
+      std::filesystem::remove(e.path(), ec);
+    }
+  }
 }
 
 /// Writes `s` as <dir>/ckpt-<global_step>.bin atomically; returns the path.

@@ -40,6 +40,7 @@ struct config {
   bool print_grad_hash = false;      // print the synced gradient's hash every step (tests)
   std::size_t stop_after = 0;        // stop after this many global steps (tests); 0 = never
   long inject_divergence = -1;       // rank whose weights get perturbed (tests); -1 = none
+  std::size_t throttle_ms = 0;       // sleep per step (tests: a kill lands mid-run)
   bool quiet = false;                // only errors and the final line
 };
 
@@ -61,7 +62,8 @@ inline const char* usage_text() {
          "  --exact-grads               exactly summable gradients (test mode)\n"
          "  --progress-every N          steps between progress lines (100; 0 = off)\n"
          "  --quiet                     print only the final line\n"
-         "test hooks: --print-grad-hash --stop-after STEPS --inject-divergence RANK\n";
+         "test hooks: --print-grad-hash --stop-after STEPS --inject-divergence RANK --throttle-ms "
+         "MS\n";
 }
 
 namespace detail {
@@ -141,6 +143,8 @@ inline config parse_args(int argc, char** argv) {
       c.stop_after = parse_uint(a, value());
     else if (a == "--inject-divergence")
       c.inject_divergence = static_cast<long>(parse_uint(a, value()));
+    else if (a == "--throttle-ms")
+      c.throttle_ms = parse_uint(a, value());
     else if (a == "--quiet")
       c.quiet = true;
     else if (a == "--hidden") {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
@@ -241,6 +242,7 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
           say("  checkpoint %s (epoch %zu step %zu)\n", p.c_str(), epoch + 1, s + 1);
         }
       }
+      if (cfg.throttle_ms) std::this_thread::sleep_for(std::chrono::milliseconds(cfg.throttle_ms));
       if (cfg.stop_after && st.global_step >= cfg.stop_after) {
         stopped = true;
         break;
