@@ -106,7 +106,7 @@ __device__ bool barrier(const args<T>& a, unsigned epoch) {
 /// One-shot: every rank reduces the whole chunk from every rank's staging buffer, in
 /// rank order, straight into its output.
 template <class T, class Op>
-__global__ void __launch_bounds__(256) one_shot_kernel(args<T> a) {
+__global__ void __launch_bounds__(256, 4) one_shot_kernel(args<T> a) {
   if (!barrier(a, a.epoch)) return;
   body::sources<T> in{};
   in.count = a.nranks;
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(256) one_shot_kernel(args<T> a) {
 /// Two-shot: rank r reduces slice r from everyone into its own staging buffer, a
 /// barrier publishes the slices, and every rank copies every slice to its output.
 template <class T, class Op>
-__global__ void __launch_bounds__(256) two_shot_kernel(args<T> a) {
+__global__ void __launch_bounds__(256, 4) two_shot_kernel(args<T> a) {
   if (!barrier(a, a.epoch)) return;
   const std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t nt = static_cast<std::size_t>(gridDim.x) * blockDim.x;

@@ -169,6 +169,8 @@ class cuda_ipc {
     }
     GRADSYNC_CUDA_CHECK(cudaSetDevice(device_));
     const std::size_t chunk = half_ / sizeof(T);
+    void (*kernel)(kernels::ipc::args<T>) = TwoShot ? kernels::ipc::two_shot_kernel<T, Op>
+                                                    : kernels::ipc::one_shot_kernel<T, Op>;
     const double left = ctx.until.seconds_left();
     const auto timeout_ns = static_cast<unsigned long long>((left > 0.001 ? left : 0.001) * 1e9);
     for (std::size_t off = 0; off < count; off += chunk) {
@@ -188,12 +190,8 @@ class cuda_ipc {
       a.status = status_;
       GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(a.data[rank_], data + off, len * sizeof(T),
                                           cudaMemcpyDeviceToDevice, stream_));
-      const unsigned grid = grid_for(len);
-      if constexpr (TwoShot) {
-        kernels::ipc::two_shot_kernel<T, Op><<<grid, 256, 0, stream_>>>(a);
-      } else {
-        kernels::ipc::one_shot_kernel<T, Op><<<grid, 256, 0, stream_>>>(a);
-      }
+      const unsigned grid = grid_for(len, kernel);
+      kernel<<<grid, 256, 0, stream_>>>(a);
       cuda::check(cudaGetLastError(), "cuda_ipc kernel launch", __FILE__, __LINE__,
                   {rank_, error_site::npos, ctx.seq});
       parity_ ^= 1u;
@@ -206,10 +204,19 @@ class cuda_ipc {
 #endif
   }
 
-  // The same on every rank (same GPU model): the kernels' barrier waits for every block.
-  unsigned grid_for(std::size_t count) const {
+  // The same on every rank (same GPU model and binary). The barrier waits for every
+  // block of every rank, so the whole grid must be resident at once: at most what the
+  // occupancy calculator allows (and at most 4 blocks per multiprocessor).
+  template <class K>
+  unsigned grid_for(std::size_t count, K kernel) const {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0) != cudaSuccess ||
+        per_sm < 1) {
+      (void)cudaGetLastError();
+      per_sm = 1;
+    }
     const std::size_t want = (count / 8 + 255) / 256 + 1;
-    std::size_t cap = static_cast<std::size_t>(cuda::sm_count()) * 4;
+    std::size_t cap = static_cast<std::size_t>(cuda::sm_count()) * static_cast<std::size_t>(per_sm < 4 ? per_sm : 4);
     if (cap > 1024) cap = 1024;
     return static_cast<unsigned>(want < cap ? want : cap);
   }

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# bench/gpu_check.sh — everything gradsync checks on a GPU, as ONE command (< 8 min on
+# an H200): builds with nvcc alone (no meson, doctest or MPI needed), runs the CUDA
+# tests, measures kernel bandwidth against the measured D2D copy at 1 GiB, runs the
+# cuda_ipc allreduce with 2 and 4 processes on GPU 0 and the nccl transport with one
+# rank, then prints a summary and writes it to $OUT/gpu_report.txt (or ./gpu_report.txt).
+#
+#   bash bench/gpu_check.sh            # from the repository root
+# Environment: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), GPU_ARCH
+# (default sm_90), NCCL_HOME (a directory with include/nccl.h and lib/libnccl.so*;
+# default: the CUDA toolkit, /usr, or the nvidia-nccl wheel of python3).
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUTDIR=${OUT:-$ROOT}
+BUILD=$(mktemp -d /tmp/gradsync_gpu.XXXXXX)
+LOG=$OUTDIR/gpu_check.log
+REPORT=$OUTDIR/gpu_report.txt
+ARCH=${GPU_ARCH:-sm_90}
+START=$(date +%s)
+: >"$LOG"
+summary=()
+
+say() { echo "$*" | tee -a "$LOG"; }
+note() { summary+=("$*"); say "$*"; }
+elapsed() { echo $(( $(date +%s) - START )); }
+
+say "== gradsync gpu_check $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
+
+# ---- toolchain -------------------------------------------------------------------------
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+if [ ! -x "$NVCC" ]; then
+  note "FATAL: nvcc not found (set NVCC)"; printf '%s\n' "${summary[@]}" >"$REPORT"; exit 1
+fi
+CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
+say "nvcc: $NVCC ($("$NVCC" --version | tail -1)); host compiler: $(c++ --version | head -1)"
+
+nccl_inc=""; nccl_lib=""
+for d in ${NCCL_HOME:-} "$CUDA_HOME" /usr /usr/local \
+         "$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)"; do
+  [ -n "$d" ] || continue
+  if [ -f "$d/include/nccl.h" ]; then
+    lib=$(ls "$d"/lib/libnccl.so* "$d"/lib64/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* 2>/dev/null | head -1)
+    if [ -n "$lib" ]; then nccl_inc="$d/include"; nccl_lib="$lib"; break; fi
+  fi
+done
+if [ -n "$nccl_lib" ]; then say "NCCL: $nccl_inc/nccl.h, $nccl_lib"; else say "NCCL: not found (nccl parts skipped)"; fi
+
+FLAGS=(-std=c++20 -O2 -lineinfo "-arch=$ARCH" -I"$ROOT/include" -I"$ROOT/tests/testbed" -Xcompiler=-Wall,-Wextra)
+NCCL_FLAGS=()
+if [ -n "$nccl_lib" ]; then
+  NCCL_FLAGS=(-I"$nccl_inc" -DGRADSYNC_BENCH_NCCL "$nccl_lib" -Xlinker "-rpath,$(dirname "$nccl_lib")")
+fi
+
+# ---- build (in parallel: 16 cores) ------------------------------------------------------
+say "== build ($ARCH) in $BUILD"
+build() {  # name source extra-flags...
+  local name=$1 src=$2; shift 2
+  if "$NVCC" "${FLAGS[@]}" "$src" -o "$BUILD/$name" "$@" >"$BUILD/$name.build.log" 2>&1; then
+    echo "built $name"
+  else
+    echo "BUILD FAILED $name"; tail -30 "$BUILD/$name.build.log"
+  fi
+}
+{
+  build test_device_kernels tests/cuda/test_device_kernels.cu &
+  build test_cuda_ipc tests/cuda/test_cuda_ipc.cu &
+  if [ -n "$nccl_lib" ]; then
+    build test_nccl tests/cuda/test_nccl.cu "${NCCL_FLAGS[@]}" &
+    build gpu_bench bench/gpu/gpu_bench.cu "${NCCL_FLAGS[@]}" &
+  else
+    build gpu_bench bench/gpu/gpu_bench.cu &
+  fi
+  wait
+} 2>&1 | tee -a "$LOG"
+say "build done after $(elapsed) s"
+
+# ---- tests ------------------------------------------------------------------------------
+run_test() {  # name timeout
+  local name=$1 t=$2 rc
+  if [ ! -x "$BUILD/$name" ]; then note "TEST $name: NOT BUILT"; return; fi
+  say "== test $name"
+  timeout "$t" "$BUILD/$name" >"$BUILD/$name.out" 2>&1; rc=$?
+  cat "$BUILD/$name.out" >>"$LOG"; tail -15 "$BUILD/$name.out"
+  case $rc in
+    0) note "TEST $name: passed" ;;
+    77) if nvidia-smi -L 2>/dev/null | grep -q GPU; then
+          note "TEST $name: FAILED (exit 77 = skipped, but nvidia-smi sees a GPU: $(grep -m1 -o 'GPU: .*' "$BUILD/$name.out"))"
+        else
+          note "TEST $name: SKIPPED (no usable GPU: $(grep -m1 -o 'GPU: .*' "$BUILD/$name.out"))"
+        fi ;;
+    124) note "TEST $name: TIMEOUT after $t s" ;;
+    *) note "TEST $name: FAILED (exit $rc)" ;;
+  esac
+}
+run_test test_device_kernels 120
+run_test test_cuda_ipc 120
+[ -n "$nccl_lib" ] && run_test test_nccl 120
+say "tests done after $(elapsed) s"
+
+# ---- benchmarks ----------------------------------------------------------------------------
+run_bench() {  # label timeout args...
+  local label=$1 t=$2 rc; shift 2
+  if [ ! -x "$BUILD/gpu_bench" ]; then note "BENCH $label: NOT BUILT"; return; fi
+  say "== bench $label"
+  timeout "$t" "$BUILD/gpu_bench" "$@" >"$BUILD/bench.out" 2>&1; rc=$?
+  cat "$BUILD/bench.out" | tee -a "$LOG"
+  summary+=("" "---- $label (exit $rc) ----")
+  while IFS= read -r line; do summary+=("$line"); done <"$BUILD/bench.out"
+}
+run_bench "kernels at 1 GiB" 120 kernels 1024
+run_bench "cuda_ipc 2 processes" 120 ipc 2
+run_bench "cuda_ipc 4 processes" 150 ipc 4
+[ -n "$nccl_lib" ] && run_bench "nccl 1 rank" 90 nccl
+
+# ---- targets (issue 5): reduce-into and cast >= 90% of the measured copy ----------------
+summary+=("" "---- targets ----")
+awk '/^(reduce_into float sum|reduce_into bf16 sum|cast float->bf16|cast float->half)/ {
+       name=$1" "$2" "$3; r=$NF; printf "%-24s %.2f of copy: %s\n", name, r, (r >= 0.90 ? "MET (>= 0.90)" : "MISSED (< 0.90)") }' \
+    "$LOG" >"$BUILD/targets.txt" 2>/dev/null
+while IFS= read -r line; do summary+=("$line"); say "$line"; done <"$BUILD/targets.txt"
+
+{
+  echo "gradsync gpu_check — $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+  echo "total time: $(elapsed) s"
+  printf '%s\n' "${summary[@]}"
+} >"$REPORT"
+echo
+echo "================ gpu_check summary ($(elapsed) s) ================"
+cat "$REPORT"
+echo "(report: $REPORT, full log: $LOG)"
+rm -rf "$BUILD"
+grep -qE "FAILED|TIMEOUT|NOT BUILT|MISSED" "$REPORT" && exit 1
+exit 0
