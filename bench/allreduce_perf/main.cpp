@@ -110,8 +110,15 @@ int run_threads(const gb::options& o) {
     try {
       for (const auto& tr : transports) {
         if (tr == "local") {
+#ifdef GRADSYNC_BENCH_MPI
+          // Kept out of the MPI binaries (compile time): the plain allreduce_perf runs it.
+          if (g.rank() == 0) {
+            std::printf("#\n# transport=local: run the allreduce_perf binary (without MPI)\n");
+          }
+#else
           const gb::gradsync_totals tot = gb::run_gradsync_rows(t, g, o, csv, mpi_name);
           if (g.rank() == 0) wrong += tot.wrong, tables += tot.tables, checked += tot.checked;
+#endif
         } else if (tr != "none" && g.rank() == 0) {
           std::printf(
               "#\n# transport=%s needs processes: run under mpirun with more than one "
