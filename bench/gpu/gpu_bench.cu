@@ -86,8 +86,8 @@ int kernels_mode(std::size_t mib) {
     const std::size_t n = bytes / 4;
     float* d = dev_filled<float>(n, 0);
     float* s = dev_filled<float>(n, 1);
-    row("reduce_into float sum", median_ms([&] { dev::reduce_into(d, s, n, gs::op::sum, nullptr); }),
-        3.0 * bytes);
+    row("reduce_into float sum",
+        median_ms([&] { dev::reduce_into(d, s, n, gs::op::sum, nullptr); }), 3.0 * bytes);
     cudaFree(d);
     cudaFree(s);
   }
@@ -142,7 +142,10 @@ int ipc_body(gs::transport::fork_group& g) {
       GRADSYNC_CUDA_CHECK(cudaMalloc(&d, bytes));
       auto once = [&] {
         const gs::call_context ctx{gs::deadline::after(gs::seconds_d{60}), t.next_seq(), 0};
-        if (two) t.two_shot(d, count, gs::op::sum, ctx); else t.one_shot(d, count, gs::op::sum, ctx);
+        if (two)
+          t.two_shot(d, count, gs::op::sum, ctx);
+        else
+          t.one_shot(d, count, gs::op::sum, ctx);
         t.synchronize(ctx.until);
       };
       // Correctness on exact inputs, then timing (inputs reset each time is not needed
@@ -152,7 +155,8 @@ int ipc_body(gs::transport::fork_group& g) {
       g.barrier();
       once();
       GRADSYNC_CUDA_CHECK(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
-      const std::size_t wrong = gs::testing::count_wrong(std::span<const float>(h), gs::reduce_op::sum, n);
+      const std::size_t wrong =
+          gs::testing::count_wrong(std::span<const float>(h), gs::reduce_op::sum, n);
       std::vector<std::uint64_t> hs(n);
       const std::uint64_t mine = gs::testing::fnv1a64(h.data(), bytes);
       g.allgather(&mine, hs.data(), sizeof mine);
@@ -163,14 +167,17 @@ int ipc_body(gs::transport::fork_group& g) {
         g.barrier();
         const auto t0 = std::chrono::steady_clock::now();
         once();
-        us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
       }
       std::sort(us.begin(), us.end());
       const double med = us[us.size() / 2];
       const double alg = bytes / med / 1e3;
       if (g.rank() == 0) {
-        std::printf("%12zu %9s %10.1f %10.2f %10.2f %7zu %6s\n", bytes, two ? "two-shot" : "one-shot",
-                    med, alg, alg * 2.0 * (n - 1) / n, wrong, same ? "yes" : "NO");
+        std::printf("%12zu %9s %10.1f %10.2f %10.2f %7zu %6s\n", bytes,
+                    two ? "two-shot" : "one-shot", med, alg, alg * 2.0 * (n - 1) / n, wrong,
+                    same ? "yes" : "NO");
       }
       bad += wrong != 0 || !same;
       cudaFree(d);
@@ -185,7 +192,8 @@ int nccl_mode() {
   const int devs[1] = {0};
   auto comms = gs::transport::nccl_comms_for_devices(devs);
   gs::transport::nccl t{comms[0], 0};
-  std::printf("NCCL one rank on GPU 0 (float sum; algbw only: one rank moves no bytes between GPUs)\n");
+  std::printf(
+      "NCCL one rank on GPU 0 (float sum; algbw only: one rank moves no bytes between GPUs)\n");
   std::printf("%12s %10s %10s %10s %7s\n", "bytes", "algo", "time_us", "algbw", "#wrong");
   int bad = 0;
   for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{256} << 20}) {
@@ -197,13 +205,16 @@ int nccl_mode() {
       GRADSYNC_CUDA_CHECK(cudaMalloc(&d, bytes));
       GRADSYNC_CUDA_CHECK(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice));
       auto once = [&] {
-        if (ring) gs::allreduce<gs::algo::nccl_ring>(t, gs::device_span<float>(d, count), gs::op::avg);
-        else gs::allreduce<gs::algo::native>(t, gs::device_span<float>(d, count), gs::op::avg);
+        if (ring)
+          gs::allreduce<gs::algo::nccl_ring>(t, gs::device_span<float>(d, count), gs::op::avg);
+        else
+          gs::allreduce<gs::algo::native>(t, gs::device_span<float>(d, count), gs::op::avg);
       };
       once();
       t.synchronize(gs::deadline::after(gs::seconds_d{60}));
       GRADSYNC_CUDA_CHECK(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
-      const std::size_t wrong = gs::testing::count_wrong(std::span<const float>(h), gs::reduce_op::avg, 1);
+      const std::size_t wrong =
+          gs::testing::count_wrong(std::span<const float>(h), gs::reduce_op::avg, 1);
       cudaStream_t s = t.stream();
       cudaEvent_t a, b;
       cudaEventCreate(&a);
@@ -244,7 +255,8 @@ int main(int argc, char** argv) {
       std::printf("gpu_bench: no usable CUDA GPU: %s\n", why.c_str());
       return 77;
     }
-    if (mode == "kernels") return kernels_mode(argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 1024);
+    if (mode == "kernels")
+      return kernels_mode(argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 1024);
 #if defined(GRADSYNC_BENCH_NCCL)
     if (mode == "nccl") return nccl_mode();
 #else

@@ -29,7 +29,8 @@ int main() {
     ipc.synchronize(gs::deadline::after(gs::seconds_d{30}));  // stream-ordered until here
     GRADSYNC_CUDA_CHECK(cudaMemcpy(grad.data(), d, n * 2, cudaMemcpyDeviceToHost));
     if (g.rank() == 0) {
-      std::printf("rank 0: avg of 1 and 3 = %g (all %zu elements)\n", static_cast<float>(grad[0]), n);
+      std::printf("rank 0: avg of 1 and 3 = %g (all %zu elements)\n", static_cast<float>(grad[0]),
+                  n);
     }
     cudaFree(d);
     g.barrier();

@@ -20,21 +20,21 @@ inline int finish(const char* name) {
 }
 }  // namespace gpu_test
 
-#define GPU_CHECK(cond, ...)                                                  \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      ++gpu_test::failures();                                                 \
-      std::printf("CHECK failed %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-      std::printf(__VA_ARGS__);                                               \
-      std::printf("\n");                                                      \
-    }                                                                         \
+#define GPU_CHECK(cond, ...)                                              \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      ++gpu_test::failures();                                             \
+      std::printf("CHECK failed %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      std::printf(__VA_ARGS__);                                           \
+      std::printf("\n");                                                  \
+    }                                                                     \
   } while (0)
 
-#define GPU_REQUIRE_DEVICE(name)                                                              \
-  do {                                                                                        \
-    const std::string why_ = gradsync::cuda::unusable_reason();                               \
-    if (!why_.empty()) {                                                                      \
-      std::printf("%s: SKIPPED (exit 77): no usable CUDA GPU: %s\n", name, why_.c_str());     \
-      return 77;                                                                              \
-    }                                                                                         \
+#define GPU_REQUIRE_DEVICE(name)                                                          \
+  do {                                                                                    \
+    const std::string why_ = gradsync::cuda::unusable_reason();                           \
+    if (!why_.empty()) {                                                                  \
+      std::printf("%s: SKIPPED (exit 77): no usable CUDA GPU: %s\n", name, why_.c_str()); \
+      return 77;                                                                          \
+    }                                                                                     \
   } while (0)

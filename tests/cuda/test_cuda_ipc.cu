@@ -30,7 +30,10 @@ int one_case(cuda_ipc& t, fork_group& g, std::size_t count, Op op, bool two) {
   GRADSYNC_CUDA_CHECK(cudaMalloc(&d, count * sizeof(T)));
   GRADSYNC_CUDA_CHECK(cudaMemcpy(d, h.data(), count * sizeof(T), cudaMemcpyHostToDevice));
   const gs::call_context ctx{gs::deadline::after(gs::seconds_d{60}), t.next_seq(), 0};
-  if (two) t.two_shot(d, count, op, ctx); else t.one_shot(d, count, op, ctx);
+  if (two)
+    t.two_shot(d, count, op, ctx);
+  else
+    t.one_shot(d, count, op, ctx);
   t.synchronize(ctx.until);
   GRADSYNC_CUDA_CHECK(cudaMemcpy(h.data(), d, count * sizeof(T), cudaMemcpyDeviceToHost));
   cudaFree(d);
@@ -88,7 +91,8 @@ int timeout_body(fork_group& g) {
 bool gpu_usable() {
   return fork_group::run_forked(1, [](fork_group&) {
            const std::string why = gs::cuda::unusable_reason();
-           if (!why.empty()) std::printf("test_cuda_ipc: SKIPPED (exit 77): no usable CUDA GPU: %s\n", why.c_str());
+           if (!why.empty())
+             std::printf("test_cuda_ipc: SKIPPED (exit 77): no usable CUDA GPU: %s\n", why.c_str());
            return why.empty() ? 0 : 77;
          }) == 0;
 }

@@ -80,9 +80,8 @@ void check_reduce_into(Op op) {
               d, s, n, static_cast<gs::kernels::compute_t<T>>(ranks), t, cnt);
         });
         std::vector<T> got(d, d + n);
-        INFO("type " << gs::dtype_name(gs::dtype_of<T>::value) << " op "
-                     << static_cast<int>(Op::id) << " dst+" << od << " src+" << os
-                     << " threads " << nt);
+        INFO("type " << gs::dtype_name(gs::dtype_of<T>::value) << " op " << static_cast<int>(Op::id)
+                     << " dst+" << od << " src+" << os << " threads " << nt);
         CHECK(same_bits(got, host_d));
       }
     }
@@ -124,8 +123,12 @@ void all_ops() {
   }
 }
 
-std::uint16_t cuda_half_bits(float f) { return __half_raw(__float2half_rn(f)).x; }
-std::uint16_t cuda_bf16_bits(float f) { return __nv_bfloat16_raw(__float2bfloat16_rn(f)).x; }
+std::uint16_t cuda_half_bits(float f) {
+  return __half_raw(__float2half_rn(f)).x;
+}
+std::uint16_t cuda_bf16_bits(float f) {
+  return __nv_bfloat16_raw(__float2bfloat16_rn(f)).x;
+}
 std::uint32_t bits_of(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -140,22 +143,39 @@ float float_of(std::uint32_t u) {
 // Floats that probe every rounding boundary: specials, half/bf16 subnormal and overflow
 // thresholds, exact ties, a strided sweep of all 2^32 patterns and random values.
 std::vector<float> probe_floats() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f,
-                          5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f, 8.940697e-8f,
-                          6.097555e-5f, 6.1035156e-5f, 3.3895314e38f, 3.4028235e38f,
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.99f,
+                          65520.0f,
+                          -65520.0f,
+                          5.9604645e-8f,
+                          2.9802322e-8f,
+                          2.9802326e-8f,
+                          8.940697e-8f,
+                          6.097555e-5f,
+                          6.1035156e-5f,
+                          3.3895314e38f,
+                          3.4028235e38f,
                           std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::infinity(),
                           std::numeric_limits<float>::denorm_min(),
-                          std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
-                          float_of(0x7f800001u), float_of(0xffc12345u)};
+                          std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN(),
+                          float_of(0x7f800001u),
+                          float_of(0xffc12345u)};
   for (std::uint32_t h = 0; h < 0x10000u; ++h) {  // every half, then the midpoints around it
-    const std::uint32_t x = bits_of(static_cast<float>(gs::half::from_bits(static_cast<std::uint16_t>(h))));
+    const std::uint32_t x =
+        bits_of(static_cast<float>(gs::half::from_bits(static_cast<std::uint16_t>(h))));
     v.push_back(float_of(x));
-    v.push_back(float_of(x + 0x1000u));   // exact tie to the next half (normal range)
+    v.push_back(float_of(x + 0x1000u));  // exact tie to the next half (normal range)
     v.push_back(float_of(x + 0xfffu));
     v.push_back(float_of(x + 0x1001u));
   }
-  for (std::uint64_t x = 0; x < (1ull << 32); x += 4093) v.push_back(float_of(static_cast<std::uint32_t>(x)));
+  for (std::uint64_t x = 0; x < (1ull << 32); x += 4093)
+    v.push_back(float_of(static_cast<std::uint32_t>(x)));
   std::mt19937 rng(12345);
   for (int i = 0; i < 200000; ++i) v.push_back(float_of(static_cast<std::uint32_t>(rng())));
   return v;
@@ -194,9 +214,9 @@ TEST_CASE("float -> half / bfloat16 casts round like CUDA's own conversions, bit
   CHECK(bad_h == 0);
   CHECK(bad_b == 0);
   // The documented special cases, spelled out.
-  CHECK(gs::half(65520.0f).bits == 0x7c00u);                        // ties to even -> inf
-  CHECK(gs::half(5.9604645e-8f).bits == 0x0001u);                  // smallest subnormal
-  CHECK(gs::half(2.9802322e-8f).bits == 0x0000u);                  // half of it: tie -> even 0
+  CHECK(gs::half(65520.0f).bits == 0x7c00u);       // ties to even -> inf
+  CHECK(gs::half(5.9604645e-8f).bits == 0x0001u);  // smallest subnormal
+  CHECK(gs::half(2.9802322e-8f).bits == 0x0000u);  // half of it: tie -> even 0
   CHECK(gs::half(std::numeric_limits<float>::quiet_NaN()).bits == 0x7fffu);
   CHECK(gs::bfloat16(-std::numeric_limits<float>::infinity()).bits == 0xff80u);
   CHECK(gs::bfloat16(std::numeric_limits<float>::quiet_NaN()).bits == 0x7fffu);
@@ -244,7 +264,8 @@ TEST_CASE("scale and finalize bodies == host loops") {
   std::memcpy(hb.at(0), hr.data(), n * 2);
   gs::kernels::finalize(hr.data(), n, 3, gs::op::avg);
   run_threads(33, [&](std::size_t t, std::size_t nt) {
-    body::map_in_place(hb.at(0), n, gs::kernels::finalize_fn<gs::bfloat16, gs::op::avg_t>{3.0f}, t, nt);
+    body::map_in_place(hb.at(0), n, gs::kernels::finalize_fn<gs::bfloat16, gs::op::avg_t>{3.0f}, t,
+                       nt);
   });
   CHECK(same_bits(std::vector<gs::bfloat16>(hb.at(0), hb.at(0) + n), hr));
   CHECK(static_cast<float>(hr[5]) == 5.0f);  // (5 * 3) / 3, exact
@@ -269,9 +290,8 @@ TEST_CASE("batched pack then unpack moves every byte, any size and alignment") {
   auto run_table = [&](const std::vector<gs::kernels::copy_piece>& table) {
     for (std::size_t blk = 0; blk < 7; ++blk) {  // 7 blocks, grid-striding over pieces
       for (std::size_t p = blk; p < table.size(); p += 7) {
-        run_threads(256, [&](std::size_t t, std::size_t nt) {
-          body::copy_piece_part(table[p], t, nt);
-        });
+        run_threads(256,
+                    [&](std::size_t t, std::size_t nt) { body::copy_piece_part(table[p], t, nt); });
       }
     }
   };

@@ -64,8 +64,7 @@ bool two_ranks(const std::vector<int>& devs) {
   } catch (const gs::error& e) {
     std::printf("2-rank NCCL setup on devices {%d,%d} refused (%s): %s\n", devs[0], devs[1],
                 std::string(gs::errc_name(e.code())).c_str(), e.what());
-    GPU_CHECK(e.code() == gs::errc::transport || e.code() == gs::errc::timeout,
-              "wrong error code");
+    GPU_CHECK(e.code() == gs::errc::transport || e.code() == gs::errc::timeout, "wrong error code");
     return false;
   }
   std::vector<std::uint64_t> hash(2);
@@ -73,7 +72,8 @@ bool two_ranks(const std::vector<int>& devs) {
   for (int r = 0; r < 2; ++r) {
     th.emplace_back([&, r] {
       try {
-        gs::transport::nccl t{comms[static_cast<std::size_t>(r)], devs[static_cast<std::size_t>(r)]};
+        gs::transport::nccl t{comms[static_cast<std::size_t>(r)],
+                              devs[static_cast<std::size_t>(r)]};
         check_exact<gs::algo::nccl_ring, float>(t, (1 << 22) + 7, gs::op::sum, "ring float sum");
         check_exact<gs::algo::nccl_ring, gs::half>(t, 100003, gs::op::avg, "ring half avg");
         check_exact<gs::algo::native, double>(t, 4097, gs::op::prod, "native double prod");

@@ -17,8 +17,8 @@ inline void check(cudaError_t e, const char* what, const char* file, int line,
   if (e == cudaSuccess) return;
   (void)cudaGetLastError();  // clear the sticky-free error so later calls are not blamed
   throw error(errc::transport, site,
-              std::string(what) + " failed: " + cudaGetErrorName(e) + ": " +
-                  cudaGetErrorString(e) + " (" + file + ":" + std::to_string(line) + ")");
+              std::string(what) + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) +
+                  " (" + file + ":" + std::to_string(line) + ")");
 }
 
 /// Why no CUDA device can be used here ("" when one can): the text CUDA tests print
@@ -28,8 +28,7 @@ inline std::string unusable_reason() {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " +
-           cudaGetErrorString(e);
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
   }
   if (n == 0) return "no CUDA device present";
   return {};

@@ -64,7 +64,7 @@ inline constexpr bool memory_space_error_v = false;  // dependent false for stat
 
 /// Device transports refuse std::span: it is taken to be host memory.
 template <class A, class Tr, class T, class Op>
-  requires device_transport<Tr>
+requires device_transport<Tr>
 void allreduce(Tr&, std::span<T>, Op, const call_options& = {}) {
   static_assert(memory_space_error_v<T>,
                 "gradsync: this transport (transport::nccl or transport::cuda_ipc) moves device "
@@ -85,9 +85,12 @@ void allreduce(Tr& t, device_span<T> data, Op op, const call_options& opt = {}) 
                 "for device buffers, or copy to host memory and pass a std::span");
   check_element_type<std::remove_const_t<T>>();
   check_op_for<std::remove_const_t<T>, Op>();
-  static_assert(!std::is_const_v<T>, "gradsync: the in-place allreduce writes its buffer; pass "
-                                     "a device_span of non-const elements");
-  constexpr bool native = requires { requires A::needs_native; };  // algo::native
+  static_assert(!std::is_const_v<T>,
+                "gradsync: the in-place allreduce writes its buffer; pass "
+                "a device_span of non-const elements");
+  constexpr bool native = requires {
+    requires A::needs_native;
+  };  // algo::native
   static_assert(native || device_algorithm_for<A, Tr>,
                 "gradsync: this algorithm is written for host memory (it reduces on the host "
                 "and uses host scratch); on device memory use algo::native (transport::nccl, "

@@ -34,8 +34,8 @@ struct tensor_slot {
 inline constexpr std::size_t piece_bytes = 64 << 10;
 
 /// The copy table for packing `tensors` into `flat` (or, with unpack, the reverse).
-inline std::vector<copy_piece> make_pack_pieces(std::span<const tensor_slot> tensors,
-                                                void* flat, bool unpack) {
+inline std::vector<copy_piece> make_pack_pieces(std::span<const tensor_slot> tensors, void* flat,
+                                                bool unpack) {
   std::vector<copy_piece> out;
   auto* base = static_cast<std::byte*>(flat);
   for (const tensor_slot& t : tensors) {

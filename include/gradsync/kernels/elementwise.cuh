@@ -5,7 +5,8 @@
 #pragma once
 
 #if !defined(__CUDACC__)
-#error "gradsync/kernels/elementwise.cuh holds CUDA kernels: include it only from a .cu file compiled by nvcc (host code uses gradsync/kernels/host.hpp, or transport::nccl with algo::native)"
+#error \
+    "gradsync/kernels/elementwise.cuh holds CUDA kernels: include it only from a .cu file compiled by nvcc (host code uses gradsync/kernels/host.hpp, or transport::nccl with algo::native)"
 #endif
 
 #include <cuda_runtime.h>
@@ -80,8 +81,8 @@ void reduce_into(T* dst, const T* src, std::size_t n, Op, cudaStream_t stream,
     }
   }
   if (!fused) {
-    reduce_into_kernel<T, Op, false><<<grid, block_threads, 0, stream>>>(dst, src, n,
-                                                                         compute_t<T>{1});
+    reduce_into_kernel<T, Op, false>
+        <<<grid, block_threads, 0, stream>>>(dst, src, n, compute_t<T>{1});
   }
   check_launch("reduce_into_kernel launch");
 }
@@ -101,8 +102,8 @@ void finalize(T* data, std::size_t n, std::size_t ranks, Op, cudaStream_t stream
 template <class T>
 void scale(T* data, std::size_t n, float factor, cudaStream_t stream) {
   if (n == 0) return;
-  map_kernel<<<grid_for(n / (16 / sizeof(T)) + 1), block_threads, 0, stream>>>(
-      data, n, scale_fn<T>{factor});
+  map_kernel<<<grid_for(n / (16 / sizeof(T)) + 1), block_threads, 0, stream>>>(data, n,
+                                                                               scale_fn<T>{factor});
   check_launch("scale kernel launch");
 }
 

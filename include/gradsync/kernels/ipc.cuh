@@ -23,7 +23,8 @@
 #pragma once
 
 #if !defined(__CUDACC__)
-#error "gradsync/kernels/ipc.cuh holds CUDA kernels: include it only from a .cu file compiled by nvcc (transport::cuda_ipc's allreduce needs nvcc)"
+#error \
+    "gradsync/kernels/ipc.cuh holds CUDA kernels: include it only from a .cu file compiled by nvcc (transport::cuda_ipc's allreduce needs nvcc)"
 #endif
 
 #include <cuda_runtime.h>
@@ -59,14 +60,14 @@ GRADSYNC_HOST_DEVICE inline slice slice_of(std::size_t count, std::size_t n, std
 /// Everything one launch needs, passed by value.
 template <class T>
 struct args {
-  T* data[max_ranks];            ///< every rank's staging half for this chunk ([rank] = own)
-  unsigned* flags[max_ranks];    ///< every rank's flag array
-  T* out;                        ///< this rank's output (the caller's buffer)
-  std::size_t count;             ///< elements in this chunk
+  T* data[max_ranks];          ///< every rank's staging half for this chunk ([rank] = own)
+  unsigned* flags[max_ranks];  ///< every rank's flag array
+  T* out;                      ///< this rank's output (the caller's buffer)
+  std::size_t count;           ///< elements in this chunk
   unsigned rank, nranks;
-  unsigned epoch;                ///< epoch of the first barrier (two-shot uses epoch + 1 too)
-  unsigned long long timeout_ns; ///< per-barrier budget
-  int* status;                   ///< set to 1 on timeout
+  unsigned epoch;                 ///< epoch of the first barrier (two-shot uses epoch + 1 too)
+  unsigned long long timeout_ns;  ///< per-barrier budget
+  int* status;                    ///< set to 1 on timeout
 };
 
 __device__ inline unsigned long long global_ns() {
@@ -112,7 +113,8 @@ __global__ void __launch_bounds__(256, 4) one_shot_kernel(args<T> a) {
   in.count = a.nranks;
   for (unsigned k = 0; k < max_ranks; ++k) in.p[k] = k < a.nranks ? a.data[k] : nullptr;
   const std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  body::reduce_sources<T, Op>(a.out, in, a.count, t, static_cast<std::size_t>(gridDim.x) * blockDim.x);
+  body::reduce_sources<T, Op>(a.out, in, a.count, t,
+                              static_cast<std::size_t>(gridDim.x) * blockDim.x);
 }
 
 /// Two-shot: rank r reduces slice r from everyone into its own staging buffer, a
@@ -125,7 +127,8 @@ __global__ void __launch_bounds__(256, 4) two_shot_kernel(args<T> a) {
   const slice mine = slice_of<T>(a.count, a.nranks, a.rank);
   body::sources<T> in{};
   in.count = a.nranks;
-  for (unsigned k = 0; k < max_ranks; ++k) in.p[k] = k < a.nranks ? a.data[k] + mine.offset : nullptr;
+  for (unsigned k = 0; k < max_ranks; ++k)
+    in.p[k] = k < a.nranks ? a.data[k] + mine.offset : nullptr;
   body::reduce_sources<T, Op>(a.data[a.rank] + mine.offset, in, mine.count, t, nt);
   if (!barrier(a, a.epoch + 1)) return;
   for (unsigned k = 0; k < a.nranks; ++k) {

@@ -3,7 +3,8 @@
 #pragma once
 
 #if !defined(__CUDACC__)
-#error "gradsync/kernels/pack.cuh holds CUDA kernels: include it only from a .cu file compiled by nvcc (the host-side table builder is gradsync/kernels/device_pack.hpp)"
+#error \
+    "gradsync/kernels/pack.cuh holds CUDA kernels: include it only from a .cu file compiled by nvcc (the host-side table builder is gradsync/kernels/device_pack.hpp)"
 #endif
 
 #include <cuda_runtime.h>

@@ -63,8 +63,10 @@ class cuda_ipc {
   /// the size of each of the two staging halves (inputs larger than it go in chunks).
   template <ipc_bootstrap Boot>
   cuda_ipc(Boot& boot, int device, std::size_t staging_bytes = 64 << 20)
-      : rank_(static_cast<std::size_t>(boot.rank())), size_(static_cast<std::size_t>(boot.size())),
-        device_(device), half_(staging_bytes / 256 * 256) {
+      : rank_(static_cast<std::size_t>(boot.rank())),
+        size_(static_cast<std::size_t>(boot.size())),
+        device_(device),
+        half_(staging_bytes / 256 * 256) {
     if (size_ > max_ranks || half_ == 0) {
       throw error(errc::invalid_argument, {rank_, error_site::npos, ~0ull},
                   "cuda_ipc supports 1.." + std::to_string(max_ranks) +
@@ -169,8 +171,8 @@ class cuda_ipc {
     }
     GRADSYNC_CUDA_CHECK(cudaSetDevice(device_));
     const std::size_t chunk = half_ / sizeof(T);
-    void (*kernel)(kernels::ipc::args<T>) = TwoShot ? kernels::ipc::two_shot_kernel<T, Op>
-                                                    : kernels::ipc::one_shot_kernel<T, Op>;
+    void (*kernel)(kernels::ipc::args<T>) =
+        TwoShot ? kernels::ipc::two_shot_kernel<T, Op> : kernels::ipc::one_shot_kernel<T, Op>;
     const double left = ctx.until.seconds_left();
     const auto timeout_ns = static_cast<unsigned long long>((left > 0.001 ? left : 0.001) * 1e9);
     for (std::size_t off = 0; off < count; off += chunk) {
@@ -216,7 +218,8 @@ class cuda_ipc {
       per_sm = 1;
     }
     const std::size_t want = (count / 8 + 255) / 256 + 1;
-    std::size_t cap = static_cast<std::size_t>(cuda::sm_count()) * static_cast<std::size_t>(per_sm < 4 ? per_sm : 4);
+    std::size_t cap = static_cast<std::size_t>(cuda::sm_count()) *
+                      static_cast<std::size_t>(per_sm < 4 ? per_sm : 4);
     if (cap > 1024) cap = 1024;
     return static_cast<unsigned>(want < cap ? want : cap);
   }

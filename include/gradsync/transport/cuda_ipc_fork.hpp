@@ -67,7 +67,8 @@ class fork_group {
   /// non-zero statuses were 77, i.e. skipped).
   template <class F>
   static int run_forked(std::size_t n, F body) {
-    void* mem = mmap(nullptr, sizeof(shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void* mem =
+        mmap(nullptr, sizeof(shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) throw error(errc::transport, {}, "mmap for fork_group failed");
     auto* sh = new (mem) shared{};
     pid_t pids[max_ranks] = {};

@@ -50,21 +50,32 @@ namespace gradsync::transport {
 namespace nccl_detail {
 template <class T>
 constexpr ncclDataType_t dtype() {
-  if constexpr (std::is_same_v<T, float>) return ncclFloat32;
-  else if constexpr (std::is_same_v<T, double>) return ncclFloat64;
-  else if constexpr (std::is_same_v<T, half>) return ncclFloat16;
-  else if constexpr (std::is_same_v<T, bfloat16>) return ncclBfloat16;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return ncclInt32;
-  else return ncclInt64;
+  if constexpr (std::is_same_v<T, float>)
+    return ncclFloat32;
+  else if constexpr (std::is_same_v<T, double>)
+    return ncclFloat64;
+  else if constexpr (std::is_same_v<T, half>)
+    return ncclFloat16;
+  else if constexpr (std::is_same_v<T, bfloat16>)
+    return ncclBfloat16;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return ncclInt32;
+  else
+    return ncclInt64;
 }
 template <class Op>
 constexpr ncclRedOp_t op() {
   switch (Op::id) {
-    case reduce_op::prod: return ncclProd;
-    case reduce_op::min: return ncclMin;
-    case reduce_op::max: return ncclMax;
-    case reduce_op::avg: return ncclAvg;
-    case reduce_op::sum: break;
+    case reduce_op::prod:
+      return ncclProd;
+    case reduce_op::min:
+      return ncclMin;
+    case reduce_op::max:
+      return ncclMax;
+    case reduce_op::avg:
+      return ncclAvg;
+    case reduce_op::sum:
+      break;
   }
   return ncclSum;
 }
@@ -105,14 +116,17 @@ class nccl {
     cudaSetDevice(device_);
     if (!aborted_) {
       // Finalize flushes outstanding work; a failure or a stuck finalize ends in abort.
-      ncclResult_t st = cudaStreamSynchronize(stream_) == cudaSuccess ? ncclCommFinalize(comm_)
-                                                                     : ncclSystemError;
+      ncclResult_t st =
+          cudaStreamSynchronize(stream_) == cudaSuccess ? ncclCommFinalize(comm_) : ncclSystemError;
       const deadline d = deadline::after(seconds_d{30.0});
       while (st == ncclInProgress && !d.expired()) {
         if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess) st = ncclSystemError;
         std::this_thread::yield();
       }
-      if (st == ncclSuccess) ncclCommDestroy(comm_); else ncclCommAbort(comm_);
+      if (st == ncclSuccess)
+        ncclCommDestroy(comm_);
+      else
+        ncclCommAbort(comm_);
     }  // after ncclCommAbort nothing is left to free (abort frees the communicator)
     if (scratch_dev_) cudaFree(scratch_dev_);
     if (own_stream_) cudaStreamDestroy(stream_);

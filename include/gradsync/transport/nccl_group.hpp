@@ -40,7 +40,8 @@ inline std::vector<ncclComm_t> nccl_comms_for_devices(
   ncclGroupStart();
   for (int i = 0; i < n; ++i) {
     GRADSYNC_CUDA_CHECK(cudaSetDevice(devices[static_cast<std::size_t>(i)]));
-    const ncclResult_t r = ncclCommInitRankConfig(&comms[static_cast<std::size_t>(i)], n, id, i, &cfg);
+    const ncclResult_t r =
+        ncclCommInitRankConfig(&comms[static_cast<std::size_t>(i)], n, id, i, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
       ncclGroupEnd();
       fail(std::string("ncclCommInitRankConfig failed: ") + ncclGetErrorString(r) + ": " +

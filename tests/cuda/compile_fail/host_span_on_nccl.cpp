@@ -7,4 +7,6 @@ namespace gs = gradsync;
 void f(gs::transport::nccl& t, std::span<float> host) {
   gs::allreduce<gs::algo::native>(t, host, gs::op::sum);
 }
-int main() { return 0; }
+int main() {
+  return 0;
+}

@@ -4,4 +4,6 @@ namespace gs = gradsync;
 void f(gs::transport::nccl& t, float* gpu_ptr) {
   gs::allreduce<gs::algo::nccl_ring>(t, gs::device_span<float>(gpu_ptr, 10), gs::op::sum);
 }
-int main() { return 0; }
+int main() {
+  return 0;
+}
