@@ -59,6 +59,10 @@ build() {  # name source extra-flags...
   local name=$1 src=$2; shift 2
   if "$NVCC" "${FLAGS[@]}" "$src" -o "$BUILD/$name" "$@" >"$BUILD/$name.build.log" 2>&1; then
     echo "built $name"
+  elif grep -q "unsupported GNU version" "$BUILD/$name.build.log" &&
+       "$NVCC" -allow-unsupported-compiler "${FLAGS[@]}" "$src" -o "$BUILD/$name" "$@" \
+         >"$BUILD/$name.build.log" 2>&1; then
+    echo "built $name (with -allow-unsupported-compiler)"
   else
     echo "BUILD FAILED $name"; tail -30 "$BUILD/$name.build.log"
   fi
