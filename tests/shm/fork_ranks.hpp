@@ -55,7 +55,8 @@ struct shared_rank {
 /// Handed to the body in each child.
 class rank_env {
  public:
-  rank_env(detail::shared_rank* s, rank_record* recs, std::size_t cap) : s_(s), recs_(recs), cap_(cap) {}
+  rank_env(detail::shared_rank* s, rank_record* recs, std::size_t cap)
+      : s_(s), recs_(recs), cap_(cap) {}
   void report(const std::string& label, std::uint64_t wrong, std::uint64_t hash) {
     if (s_->nrecords >= cap_) return;
     rank_record& r = recs_[s_->nrecords];
@@ -84,7 +85,8 @@ struct fork_options {
 /// A job id unique to this test process and call.
 inline std::string unique_job(const char* what) {
   static int counter = 0;
-  return std::string("t-") + what + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  return std::string("t-") + what + "-" + std::to_string(::getpid()) + "-" +
+         std::to_string(counter++);
 }
 
 /// Forks n ranks running body(transport::shm&, rank_env&) and returns each one's outcome.
@@ -92,7 +94,8 @@ template <class Body>
 std::vector<rank_outcome> fork_ranks(std::size_t n, const std::string& job, Body&& body,
                                      const fork_options& opt = {}) {
   const std::size_t per_rank = sizeof(detail::shared_rank) + opt.max_records * sizeof(rank_record);
-  void* mem = ::mmap(nullptr, n * per_rank, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* mem =
+      ::mmap(nullptr, n * per_rank, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) throw std::runtime_error("fork_ranks: mmap failed");
   auto shared = [&](std::size_t r) {
     return reinterpret_cast<detail::shared_rank*>(static_cast<char*>(mem) + r * per_rank);
@@ -141,7 +144,8 @@ std::vector<rank_outcome> fork_ranks(std::size_t n, const std::string& job, Body
   }
   std::vector<rank_outcome> out(n);
   std::vector<bool> done(n, false);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(opt.time_limit);
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(opt.time_limit);
   std::size_t left = n;
   while (left > 0) {
     for (std::size_t r = 0; r < n; ++r) {

@@ -73,12 +73,18 @@ void all_ops(gs::transport::shm& t, rank_env& env, std::size_t count) {
 template <class A>
 void big_case(gs::transport::shm& t, rank_env& env, std::size_t count, std::size_t pick) {
   switch (pick % 6) {
-    case 0: return one_case<A, float, gs::op::sum_t>(t, env, count);
-    case 1: return one_case<A, double, gs::op::avg_t>(t, env, count);
-    case 2: return one_case<A, gs::half, gs::op::sum_t>(t, env, count);
-    case 3: return one_case<A, gs::bfloat16, gs::op::max_t>(t, env, count);
-    case 4: return one_case<A, std::int32_t, gs::op::prod_t>(t, env, count);
-    default: return one_case<A, std::int64_t, gs::op::min_t>(t, env, count);
+    case 0:
+      return one_case<A, float, gs::op::sum_t>(t, env, count);
+    case 1:
+      return one_case<A, double, gs::op::avg_t>(t, env, count);
+    case 2:
+      return one_case<A, gs::half, gs::op::sum_t>(t, env, count);
+    case 3:
+      return one_case<A, gs::bfloat16, gs::op::max_t>(t, env, count);
+    case 4:
+      return one_case<A, std::int32_t, gs::op::prod_t>(t, env, count);
+    default:
+      return one_case<A, std::int64_t, gs::op::min_t>(t, env, count);
   }
 }
 
@@ -120,7 +126,8 @@ void check_outcomes(const std::vector<rank_outcome>& out) {
       const auto& b = out[r].records[i];
       const bool ok = std::string(a.label) == b.label && b.wrong == 0 && b.hash == a.hash;
       if (!ok && bad++ < 10) {
-        first += "\n  rank " + std::to_string(r) + " " + b.label + ": wrong=" + std::to_string(b.wrong) +
+        first += "\n  rank " + std::to_string(r) + " " + b.label +
+                 ": wrong=" + std::to_string(b.wrong) +
                  (b.hash == a.hash ? "" : " (bits differ from rank 0)");
       }
     }
@@ -144,30 +151,43 @@ void mixed_sequence(gs::transport::shm& t, rank_env& env) {
     gs::allreduce<gs::algo::ring>(t, std::span<float>(none), gs::op::sum, unchecked);
     gs::allreduce<gs::algo::direct_two_shot>(t, std::span<float>(b), gs::op::max);
     if (it % 3 == 0) gs::allreduce<gs::algo::ring>(t, std::span<float>(b), gs::op::max);
-    env.report("mixed/" + std::to_string(it),
-               gs::testing::count_wrong(std::span<const float>(a), gs::reduce_op::sum, n) +
-                   gs::testing::count_wrong(std::span<const float>(b), gs::reduce_op::max, n),
-               gs::testing::fnv1a64(a.data(), a.size() * 4, gs::testing::fnv1a64(b.data(), b.size() * 4)));
+    env.report(
+        "mixed/" + std::to_string(it),
+        gs::testing::count_wrong(std::span<const float>(a), gs::reduce_op::sum, n) +
+            gs::testing::count_wrong(std::span<const float>(b), gs::reduce_op::max, n),
+        gs::testing::fnv1a64(a.data(), a.size() * 4, gs::testing::fnv1a64(b.data(), b.size() * 4)));
   }
 }
 
 void matrix_on(std::size_t n) {
   gs::testbed::watchdog wd(170, "shm correctness matrix on " + std::to_string(n) + " processes");
-  const auto out = gs::testbed::fork_ranks(
-      n, gs::testbed::unique_job("matrix"),
-      [](gs::transport::shm& t, rank_env& env) {
-        run_matrix(t, env, all_algos{});
-        mixed_sequence(t, env);
-      },
-      {.time_limit = 160, .max_records = 8192, .while_running = {}});
+  const auto out =
+      gs::testbed::fork_ranks(n, gs::testbed::unique_job("matrix"),
+                              [](gs::transport::shm& t, rank_env& env) {
+                                run_matrix(t, env, all_algos{});
+                                mixed_sequence(t, env);
+                              },
+                              {.time_limit = 160, .max_records = 8192, .while_running = {}});
   check_outcomes(out);
 }
 
 }  // namespace
 
-TEST_CASE("shm matrix: 1 process") { matrix_on(1); }
-TEST_CASE("shm matrix: 2 processes") { matrix_on(2); }
-TEST_CASE("shm matrix: 3 processes") { matrix_on(3); }
-TEST_CASE("shm matrix: 4 processes") { matrix_on(4); }
-TEST_CASE("shm matrix: 5 processes") { matrix_on(5); }
-TEST_CASE("shm matrix: 6 processes") { matrix_on(6); }
+TEST_CASE("shm matrix: 1 process") {
+  matrix_on(1);
+}
+TEST_CASE("shm matrix: 2 processes") {
+  matrix_on(2);
+}
+TEST_CASE("shm matrix: 3 processes") {
+  matrix_on(3);
+}
+TEST_CASE("shm matrix: 4 processes") {
+  matrix_on(4);
+}
+TEST_CASE("shm matrix: 5 processes") {
+  matrix_on(5);
+}
+TEST_CASE("shm matrix: 6 processes") {
+  matrix_on(6);
+}

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "gradsync/algorithm/concept.hpp"
+#include "gradsync/algorithm/direct.hpp"
 #include "gradsync/algorithm/halving_doubling.hpp"
 #include "gradsync/algorithm/ring.hpp"
 #include "gradsync/algorithm/tree.hpp"
@@ -77,6 +78,22 @@ struct auto_select {
       // peers' buffers directly wins, log the choice like below, and return; fall
       // through to the table for the rest. The decision must depend only on
       // (bytes, n) so that every rank makes the same one.
+      if constexpr (peer_memory_transport<Tr> && Tr::memory == memory_space::host) {
+        // transport::shm (tests/shm/shm_probe, 2-core EPYC VM, float sum, medians):
+        // one-shot moves the input inline with the header in one flag round and wins
+        // while it fits a slot (32 KiB: 2 ranks, 8 B: see shm_probe; 32 KiB one-shot ~12
+        // us vs ring ~17 us); above that two-shot reads each byte once per rank and
+        // beats the point-to-point algorithms, which copy every byte twice through the
+        // pair rings (2 ranks, 4 MiB: two-shot ~1.1 ms vs ring ~1.0-14 ms, load-bound;
+        // 64 MiB: two-shot 2-4x ring).
+        const bool one = data.size() <= (t.slot_bytes() - sizeof(call_header)) / sizeof(T);
+        if (log_enabled(log_level::debug)) {
+          log(log_level::debug, t.rank(), "auto_select: %zu bytes, %zu ranks -> %s", bytes, n,
+              one ? "direct_one_shot" : "direct_two_shot");
+        }
+        if (one) return direct_one_shot::run(t, data, op, ctx);
+        return direct_two_shot::run(t, data, op, ctx);
+      }
     }
     const auto_choice c = auto_choose(bytes, n);
     if (log_enabled(log_level::debug)) {

@@ -27,6 +27,10 @@
 #include <string_view>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "gradsync/algorithm/concept.hpp"
 #include "gradsync/algorithm/detail/partition.hpp"
 #include "gradsync/core/consistency.hpp"
@@ -44,6 +48,48 @@ inline constexpr unsigned flag_done = 3;   // last direct call this rank finishe
 
 /// Elements combined per block: the destination block stays in L1 across all sources.
 inline constexpr std::size_t direct_block_bytes = 16 << 10;
+
+/// Calls at least this large write their results with non-temporal stores: the vector
+/// cannot stay in cache anyway, and streaming stores skip the read-for-ownership of
+/// every destination line (one third of the DRAM traffic of a copy).
+inline constexpr std::size_t direct_stream_min_bytes = 8 << 20;
+
+/// memcpy, optionally with non-temporal stores (x86 SSE2); call stream_fence() after.
+inline void copy_out(void* dst, const void* src, std::size_t bytes, bool stream) {
+#if defined(__SSE2__)
+  if (stream && bytes >= 256) {
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+    const std::size_t head = (16 - (reinterpret_cast<std::uintptr_t>(d) & 15)) & 15;
+    std::memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    std::size_t i = 0;
+    for (; i + 64 <= bytes; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+      const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+    }
+    std::memcpy(d + i, s + i, bytes - i);
+    return;
+  }
+#endif
+  (void)stream;
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+/// Orders earlier non-temporal stores before what follows.
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
 
 /// dst[i] = combine(a[i], b[i]) with every pointer distinct (so it vectorizes at -O2).
 template <class T, class Op>
@@ -73,7 +119,8 @@ void reduce_rank_order(T* dst, Src&& src, std::size_t nsrc, std::size_t count, O
 inline void compare_headers(const std::byte* const* hdr, std::size_t n, std::size_t rank,
                             std::uint64_t seq) {
   bool same = true;
-  for (std::size_t i = 1; i < n && same; ++i) same = std::memcmp(hdr[i], hdr[0], sizeof(call_header)) == 0;
+  for (std::size_t i = 1; i < n && same; ++i)
+    same = std::memcmp(hdr[i], hdr[0], sizeof(call_header)) == 0;
   if (same) return;
   call_header ref, h;
   std::memcpy(&ref, hdr[0], sizeof ref);
@@ -83,8 +130,8 @@ inline void compare_headers(const std::byte* const* hdr, std::size_t n, std::siz
     std::memcpy(&h, hdr[i], sizeof h);
     const std::string what = gradsync::detail::first_difference(ref, h);
     if (what.empty() || ndiff++ >= 8) continue;
-    diffs += "\n  rank " + std::to_string(i) + " differs from rank 0 in " + what + " [rank 0: " +
-             gradsync::detail::describe(ref) + "; rank " + std::to_string(i) + ": " +
+    diffs += "\n  rank " + std::to_string(i) + " differs from rank 0 in " + what +
+             " [rank 0: " + gradsync::detail::describe(ref) + "; rank " + std::to_string(i) + ": " +
              gradsync::detail::describe(h) + "]";
   }
   throw error(errc::mismatch, {rank, error_site::npos, seq},
@@ -97,15 +144,24 @@ template <class Tr, class T, class Op>
 class direct_call {
  public:
   direct_call(Tr& t, std::span<T> data, const call_context& ctx)
-      : t_(t), data_(data.data()), count_(data.size()), ctx_(ctx), n_(t.size()), r_(t.rank()),
+      : t_(t),
+        data_(data.data()),
+        count_(data.size()),
+        ctx_(ctx),
+        n_(t.size()),
+        r_(t.rank()),
         parity_(static_cast<unsigned>(ctx.seq & 1)) {}
 
-  std::size_t inline_capacity() const { return (t_.slot_bytes() - sizeof(call_header)) / sizeof(T); }
+  std::size_t inline_capacity() const {
+    return (t_.slot_bytes() - sizeof(call_header)) / sizeof(T);
+  }
   std::size_t half_elems() const { return t_.exchange_bytes() / 2 / sizeof(T); }
   T* half(std::size_t rank, std::size_t chunk) {
     return reinterpret_cast<T*>(t_.exchange(rank) + (chunk & 1) * (t_.exchange_bytes() / 2));
   }
-  T* payload(std::size_t rank) { return reinterpret_cast<T*>(t_.slot(rank, parity_) + sizeof(call_header)); }
+  T* payload(std::size_t rank) {
+    return reinterpret_cast<T*>(t_.slot(rank, parity_) + sizeof(call_header));
+  }
 
   /// The header round; with `with_payload` the whole input travels inline too.
   void open(std::string_view algo, bool with_payload) {
@@ -113,7 +169,8 @@ class direct_call {
     // Slot reuse: when the previous call was not a direct call, a peer may still be
     // reading this slot's last contents; wait for it to have finished that call.
     const std::uint64_t last = t_.flag(r_, parity_);
-    if (last != 0 && t_.flag(r_, parity_ ^ 1u) != ctx_.seq) t_.wait_flags(flag_done, last, ctx_.until);
+    if (last != 0 && t_.flag(r_, parity_ ^ 1u) != ctx_.seq)
+      t_.wait_flags(flag_done, last, ctx_.until);
     const call_header h = call_header::make(ctx_.seq, count_, dtype_of<T>::value, Op::id, algo);
     std::memcpy(t_.slot(r_, parity_), &h, sizeof h);
     if (with_payload) std::memcpy(payload(r_), data_, count_ * sizeof(T));
@@ -182,8 +239,8 @@ struct direct_one_shot {
     if (c.n_ == 1) return c.finalize(c.data_, c.count_, op);
     if (c.count_ <= c.inline_capacity()) {
       c.open(name, true);
-      detail::reduce_rank_order(c.data_, [&](std::size_t j) { return c.payload(j); }, c.n_,
-                                c.count_, op);
+      detail::reduce_rank_order(
+          c.data_, [&](std::size_t j) { return c.payload(j); }, c.n_, c.count_, op);
       c.finalize(c.data_, c.count_, op);
       return c.close();
     }
@@ -193,8 +250,8 @@ struct direct_one_shot {
       const std::size_t len = std::min(chunk, c.count_ - off);
       std::memcpy(c.half(c.r_, k), c.data_ + off, len * sizeof(T));
       c.barrier(k + 1);
-      detail::reduce_rank_order(c.data_ + off, [&](std::size_t j) { return c.half(j, k); }, c.n_,
-                                len, op);
+      detail::reduce_rank_order(
+          c.data_ + off, [&](std::size_t j) { return c.half(j, k); }, c.n_, len, op);
       c.finalize(c.data_ + off, len, op);
     }
     c.close();
@@ -218,6 +275,7 @@ struct direct_two_shot {
     if (n == 1) return c.finalize(c.data_, c.count_, op);
     c.open(name, false);
     const std::size_t chunk = c.half_elems();
+    const bool stream = c.count_ * sizeof(T) >= detail::direct_stream_min_bytes;
     for (std::size_t k = 0, off = 0; off < c.count_; ++k, off += chunk) {
       const std::size_t len = std::min(chunk, c.count_ - off);
       T* in = c.data_ + off;
@@ -233,13 +291,15 @@ struct direct_two_shot {
           [&](std::size_t j) -> const T* { return (j == r ? in : c.half(j, k)) + my.offset; }, n,
           my.count, op);
       c.finalize(mine + my.offset, my.count, op);
-      std::memcpy(in + my.offset, mine + my.offset, my.count * sizeof(T));
+      detail::copy_out(in + my.offset, mine + my.offset, my.count * sizeof(T), stream);
       c.barrier(2 * k + 2);
       for (std::size_t i = 0; i < n; ++i) {  // gather the slices the others own
         const detail::range s = detail::part(len, n, i);
-        if (i != r) std::memcpy(in + s.offset, c.half(i, k) + s.offset, s.count * sizeof(T));
+        if (i != r)
+          detail::copy_out(in + s.offset, c.half(i, k) + s.offset, s.count * sizeof(T), stream);
       }
     }
+    if (stream) detail::stream_fence();
     c.close();
   }
 };

@@ -10,8 +10,8 @@
 //   //                       (e.g. "$SLURM_JOB_ID" or the launcher's pid)
 //   auto t = gradsync::transport::shm::from_env();
 //
-//   // 2. or explicitly:
-//   gradsync::transport::shm t({.rank = r, .size = n, .job = "myjob-42"});
+//   // 2. or explicitly (shm_options also sets buffer sizes and the bootstrap timeout):
+//   gradsync::transport::shm t(rank, size, "myjob-42");
 //
 //   gs::allreduce<gs::algo::direct_two_shot>(t, std::span<float>(grad), gs::op::avg);
 //
@@ -55,13 +55,13 @@ namespace gradsync::transport {
 
 /// How to build an shm transport. Every rank must pass the same sizes.
 struct shm_options {
-  std::size_t rank = 0;  ///< this process's rank, 0 .. size-1
-  std::size_t size = 1;  ///< processes in the group (all on this host)
-  std::string job;       ///< id shared by the group's processes, unique per job
-  std::size_t slot_bytes = 32 << 10;  ///< inline payload per rank (one-shot without staging)
-  std::size_t ring_bytes = 512 << 10;  ///< byte ring per ordered pair (isend/irecv)
+  std::size_t rank = 0;                  ///< this process's rank, 0 .. size-1
+  std::size_t size = 1;                  ///< processes in the group (all on this host)
+  std::string job;                       ///< id shared by the group's processes, unique per job
+  std::size_t slot_bytes = 32 << 10;     ///< inline payload per rank (one-shot without staging)
+  std::size_t ring_bytes = 512 << 10;    ///< byte ring per ordered pair (isend/irecv)
   std::size_t exchange_bytes = 4 << 20;  ///< staging buffer per rank (two halves)
-  seconds_d bootstrap_timeout{-1.0};  ///< < 0: default_timeout() (GRADSYNC_TIMEOUT)
+  seconds_d bootstrap_timeout{-1.0};     ///< < 0: default_timeout() (GRADSYNC_TIMEOUT)
 
   /// Reads GRADSYNC_SHM_RANK, GRADSYNC_SHM_SIZE and GRADSYNC_SHM_JOB (all required).
   static shm_options from_env() {
@@ -102,12 +102,15 @@ class shm_state {
       : seg_(o.rank, geometry(o), o.job,
              deadline::after(o.bootstrap_timeout.count() < 0 ? default_timeout()
                                                              : o.bootstrap_timeout)),
-        rank_(o.rank), size_(o.size), p2p_(seg_, o.rank),
+        rank_(o.rank),
+        size_(o.size),
+        p2p_(seg_, o.rank),
         budget_(spin_budget::for_group(o.size)) {}
 
   ~shm_state() {
     auto st = shared_word(seg_.ctl(rank_).state);
-    if (st.load(std::memory_order_relaxed) != rs_failed) st.store(rs_left, std::memory_order_release);
+    if (st.load(std::memory_order_relaxed) != rs_failed)
+      st.store(rs_left, std::memory_order_release);
     wake_all();
   }
 
@@ -121,7 +124,8 @@ class shm_state {
       throw error(errc::invalid_argument, {o.rank, error_site::npos, ~std::uint64_t{0}},
                   "shm_options::job is empty; give every process of the job the same id");
     }
-    return {o.size, round_up(o.slot_bytes, cache_line), round_up(std::max<std::size_t>(o.ring_bytes, 4096), page_bytes),
+    return {o.size, round_up(o.slot_bytes, cache_line),
+            round_up(std::max<std::size_t>(o.ring_bytes, 4096), page_bytes),
             round_up(std::max<std::size_t>(o.exchange_bytes, 2 * page_bytes), 2 * page_bytes)};
   }
 
@@ -160,26 +164,41 @@ class shm_state {
     }
   }
 
-  /// Called between sleeps while waiting for `peer`: raises peer_lost or timeout.
-  void idle_check(std::size_t peer, clock::time_point now, clock::time_point until,
-                  const char* waiting_for) {
+  /// Called between sleeps while waiting for `peer`: raises peer_lost or timeout. A peer
+  /// may publish its last data and leave (or die) between our last look and this check,
+  /// so before blaming it we look once more (`ready`) now that its state is acquired.
+  template <class Ready>
+  bool idle_check(std::size_t peer, clock::time_point now, clock::time_point until,
+                  const char* waiting_for, Ready&& ready) {
     if (peer < size_) {
       rank_ctl& c = seg_.ctl(peer);
       const std::uint32_t st = shared_word(c.state).load(std::memory_order_acquire);
-      if (st == rs_left) fail(errc::peer_lost, peer, std::string("the peer closed its transport while this rank waited ") + waiting_for);
-      if (st == rs_failed) fail(errc::peer_lost, peer, std::string("the peer failed (timeout or lost peer of its own) while this rank waited ") + waiting_for);
+      if ((st == rs_left || st == rs_failed) && ready()) return true;
+      if (st == rs_left)
+        fail(errc::peer_lost, peer,
+             std::string("the peer closed its transport while this rank waited ") + waiting_for);
+      if (st == rs_failed)
+        fail(errc::peer_lost, peer,
+             std::string(
+                 "the peer failed (timeout or lost peer of its own) while this rank waited ") +
+                 waiting_for);
       if (now >= next_health_) {
         next_health_ = now + std::chrono::milliseconds(20);
         const int pid = shared_word(c.pid).load(std::memory_order_relaxed);
         if (!process_alive(pid, c.start_time)) {
-          fail(errc::peer_lost, peer, "the peer's process (pid " + std::to_string(pid) + ") died while this rank waited " + waiting_for);
+          if (ready()) return true;
+          fail(errc::peer_lost, peer,
+               "the peer's process (pid " + std::to_string(pid) + ") died while this rank waited " +
+                   waiting_for);
         }
       }
     }
     if (now >= until) {
-      fail(errc::timeout, peer, std::string("deadline passed while waiting ") + waiting_for +
-                                    " (set GRADSYNC_TIMEOUT or call_options::timeout to wait longer)");
+      fail(errc::timeout, peer,
+           std::string("deadline passed while waiting ") + waiting_for +
+               " (set GRADSYNC_TIMEOUT or call_options::timeout to wait longer)");
     }
+    return false;
   }
 };
 
@@ -224,6 +243,15 @@ class shm {
 
   /// Joins (rank 0: creates) the segment of `o.job`; returns once every rank attached.
   explicit shm(const shm_options& o) : st_(std::make_unique<detail::shm_state>(o)) {}
+  /// Rank `rank` of `size` in job `job`, with the default buffer sizes.
+  shm(std::size_t rank, std::size_t size, std::string job)
+      : shm([&] {
+          shm_options o;
+          o.rank = rank;
+          o.size = size;
+          o.job = std::move(job);
+          return o;
+        }()) {}
   /// Same, with rank, size and job from GRADSYNC_SHM_RANK / _SIZE / _JOB.
   static shm from_env() { return shm(shm_options::from_env()); }
 
@@ -255,8 +283,9 @@ class shm {
     if (!ready()) {
       const char* what = op.is_send ? "to send to the peer" : "to receive from the peer";
       try {
-        detail::sleep_wait(st.seg_.ctl(st.rank_), st.budget_, d.at, ready,
-                           [&](clock::time_point now) { st.idle_check(op.peer, now, d.at, what); });
+        detail::sleep_wait(
+            st.seg_.ctl(st.rank_), st.budget_, d.at, ready,
+            [&](clock::time_point now) { return st.idle_check(op.peer, now, d.at, what, ready); });
       } catch (...) {
         r.cancel();
         throw;
@@ -305,26 +334,41 @@ class shm {
     std::size_t missing = 0;
     auto ready = [&] {
       for (; missing < st.size_; ++missing) {
-        if (detail::shared_word(flag_word(missing, k)).load(std::memory_order_acquire) < v) return false;
+        if (detail::shared_word(flag_word(missing, k)).load(std::memory_order_acquire) < v)
+          return false;
       }
       return true;
     };
     if (ready()) return;
     st.check_usable();
-    const std::string what = "for flag " + std::to_string(k) + " to reach " + std::to_string(v >> 32) + ":" + std::to_string(v & 0xffffffffu);
+    const std::string what = describe_flag(k, v);
     detail::sleep_wait(st.seg_.ctl(st.rank_), st.budget_, d.at, ready, [&](clock::time_point now) {
-      st.idle_check(missing, now, d.at, what.c_str());
+      return st.idle_check(missing, now, d.at, what.c_str(), ready);
     });
   }
 
  private:
+  static std::string describe_flag(unsigned k, std::uint64_t v) {
+    if (k == flag_stage) {
+      return "for the peer to reach step " + std::to_string(v & 0xffffffffu) + " of op #" +
+             std::to_string((v >> 32) - 1) + " (direct algorithm stage flag)";
+    }
+    if (k == flag_done) return "for the peer to finish op #" + std::to_string(v - 1);
+    return "for the peer to post its header for op #" + std::to_string(v - 1) + " (slot " +
+           std::to_string(k) + ")";
+  }
+
   std::uint64_t& flag_word(std::size_t i, unsigned k) const {
     auto& seg = st_->seg_;
     switch (k) {
-      case flag_slot0: return seg.slot(i, 0).stamp;
-      case flag_slot1: return seg.slot(i, 1).stamp;
-      case flag_stage: return seg.ctl(i).stage;
-      default: return seg.ctl(i).done;
+      case flag_slot0:
+        return seg.slot(i, 0).stamp;
+      case flag_slot1:
+        return seg.slot(i, 1).stamp;
+      case flag_stage:
+        return seg.ctl(i).stage;
+      default:
+        return seg.ctl(i).done;
     }
   }
 

@@ -26,10 +26,10 @@ struct p2p_op {
   std::uint32_t tag = 0;
   std::byte* buf = nullptr;
   std::size_t bytes = 0;
-  std::size_t moved = 0;        // stream bytes (payload + padding) moved so far
-  bool started = false;         // header written (send) or matched to a message (receive)
+  std::size_t moved = 0;  // stream bytes (payload + padding) moved so far
+  bool started = false;   // header written (send) or matched to a message (receive)
   bool done = false;
-  std::size_t msg_bytes = 0;    // receive: the size the sender announced
+  std::size_t msg_bytes = 0;  // receive: the size the sender announced
 };
 
 struct msg_header {
@@ -43,8 +43,7 @@ static_assert(sizeof(msg_header) == 16);
 class shm_p2p {
  public:
   shm_p2p(const shm_segment& seg, std::size_t rank)
-      : seg_(seg), rank_(rank), cap_(seg.layout().geo.ring_bytes),
-        peers_(seg.layout().geo.ranks) {}
+      : seg_(seg), rank_(rank), cap_(seg.layout().geo.ring_bytes), peers_(seg.layout().geo.ranks) {}
 
   std::shared_ptr<p2p_op> post(bool is_send, std::size_t peer, std::byte* buf, std::size_t bytes,
                                std::uint32_t tag) {
@@ -173,7 +172,8 @@ class shm_p2p {
       while (op.moved < total && avail > 0) {
         const std::size_t pos = pq.head % cap_;
         const std::size_t n = std::min({avail, total - op.moved, cap_ - pos});
-        if (op.moved < keep) std::memcpy(op.buf + op.moved, data + pos, std::min(n, keep - op.moved));
+        if (op.moved < keep)
+          std::memcpy(op.buf + op.moved, data + pos, std::min(n, keep - op.moved));
         op.moved += n;
         pq.head += n;
         avail -= n;

@@ -27,7 +27,9 @@ namespace gradsync::transport::detail {
 inline constexpr std::size_t cache_line = 64;
 inline constexpr std::size_t page_bytes = 4096;
 
-inline constexpr std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+inline constexpr std::size_t round_up(std::size_t v, std::size_t a) {
+  return (v + a - 1) / a * a;
+}
 
 /// Atomic view of a word that lives in shared memory.
 template <class T>
@@ -66,7 +68,7 @@ struct rank_ctl {
   std::uint32_t sleeping;
   // Identity line: who this rank is (for dead-peer detection) and whether it left.
   alignas(cache_line) std::int32_t pid;
-  std::uint32_t state;  // rank_state
+  std::uint32_t state;       // rank_state
   std::uint64_t start_time;  // /proc/<pid>/stat field 22; tells a reused pid apart
   // Flag lines 2 and 3 (flags 0 and 1 share the first line of their slot).
   alignas(cache_line) std::uint64_t stage;
@@ -228,7 +230,8 @@ class shm_segment {
         fail(errc::transport,
              "already exists: another job uses the same job id (GRADSYNC_SHM_JOB), or a job "
              "with that id crashed before all its ranks attached; pick a new id or remove "
-             "/dev/shm" + name_);
+             "/dev/shm" +
+                 name_);
       }
       fail_errno("shm_open(O_CREAT|O_EXCL)");
     }
@@ -272,16 +275,17 @@ class shm_segment {
       }
       if (until.expired()) {
         if (fd >= 0) ::close(fd);
-        fail(errc::timeout, "rank 0 did not create the segment before the bootstrap deadline "
-                            "(is rank 0 running with the same GRADSYNC_SHM_JOB and size?)");
+        fail(errc::timeout,
+             "rank 0 did not create the segment before the bootstrap deadline "
+             "(is rank 0 running with the same GRADSYNC_SHM_JOB and size?)");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     const shm_geometry& g = header().geo;
     if (g.ranks != layout_.geo.ranks || g.slot_bytes != layout_.geo.slot_bytes ||
         g.ring_bytes != layout_.geo.ring_bytes || g.exchange_bytes != layout_.geo.exchange_bytes) {
-      fail(errc::mismatch, "rank 0 created it for " + std::to_string(g.ranks) +
-                               " ranks (slot " + std::to_string(g.slot_bytes) + ", ring " +
+      fail(errc::mismatch, "rank 0 created it for " + std::to_string(g.ranks) + " ranks (slot " +
+                               std::to_string(g.slot_bytes) + ", ring " +
                                std::to_string(g.ring_bytes) + ", exchange " +
                                std::to_string(g.exchange_bytes) + " bytes) but this rank expects " +
                                std::to_string(layout_.geo.ranks) + " ranks (slot " +
@@ -306,8 +310,8 @@ class shm_segment {
     if (attached.fetch_add(1, std::memory_order_acq_rel) + 1 == n) ::shm_unlink(name_.c_str());
     while (attached.load(std::memory_order_acquire) < n) {
       if (until.expired()) {
-        fail(errc::timeout, "only " + std::to_string(attached.load()) + " of " +
-                                std::to_string(n) + " ranks attached before the bootstrap deadline");
+        fail(errc::timeout, "only " + std::to_string(attached.load()) + " of " + std::to_string(n) +
+                                " ranks attached before the bootstrap deadline");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }

@@ -35,7 +35,8 @@ inline void cpu_relax() {
 
 /// FUTEX_WAIT on a word shared between processes (not FUTEX_PRIVATE). Returns early
 /// when the word no longer holds `expected`, on a wake, or after `timeout`.
-inline void futex_wait(std::uint32_t* word, std::uint32_t expected, std::chrono::nanoseconds timeout) {
+inline void futex_wait(std::uint32_t* word, std::uint32_t expected,
+                       std::chrono::nanoseconds timeout) {
   if (timeout.count() <= 0) return;
   timespec ts{};
   ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
@@ -83,11 +84,13 @@ inline void wake_rank(rank_ctl& c) {
 }
 
 /// Waits on this rank's own bell. `progress()` returns true when the awaited condition
-/// holds; `idle(now)` is called between sleeps (it checks peers' health and the
-/// deadline and throws). Sleeps are capped at `slice` so health checks stay periodic.
+/// holds; `idle(now)` is called between sleeps: it checks peers' health and the
+/// deadline and throws, or returns true when a last look found the condition met. Sleeps are capped
+/// at `slice` so health checks stay periodic.
 template <class Progress, class Idle>
-void sleep_wait(rank_ctl& me, const spin_budget& budget, clock::time_point until, Progress&& progress,
-                Idle&& idle, std::chrono::milliseconds slice = std::chrono::milliseconds(20)) {
+void sleep_wait(rank_ctl& me, const spin_budget& budget, clock::time_point until,
+                Progress&& progress, Idle&& idle,
+                std::chrono::milliseconds slice = std::chrono::milliseconds(20)) {
   for (std::uint32_t i = 0; i < budget.spins; ++i) {
     if (progress()) return;
     cpu_relax();
@@ -100,7 +103,7 @@ void sleep_wait(rank_ctl& me, const spin_budget& budget, clock::time_point until
   auto sleeping = shared_word(me.sleeping);
   for (;;) {
     const auto now = clock::now();
-    idle(now);  // throws on a lost peer or a passed deadline
+    if (idle(now)) return;  // throws on a lost peer or a passed deadline
     const std::uint32_t seen = bell.load(std::memory_order_acquire);
     sleeping.store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -1,0 +1,265 @@
+// transport::shm under failure: a rank killed with SIGKILL mid-collective, a rank that
+// never calls (timeout), ranks that disagree on count or type (mismatch), bootstrap
+// errors; plus the segment's mode (0600) and its removal from /dev/shm.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gradsync/algorithm/direct.hpp>
+#include <gradsync/algorithm/ring.hpp>
+#include <gradsync/allreduce.hpp>
+#include <gradsync/testing/exact_inputs.hpp>
+#include <gradsync/transport/shm.hpp>
+
+#include "fork_ranks.hpp"
+#include "watchdog.hpp"
+
+namespace gs = gradsync;
+using gs::testbed::rank_env;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+constexpr double kill_deadline = 8.0;  // seconds: the survivors' call timeout
+
+// Four ranks loop over large allreduces with algorithm A; rank `victim` is killed with
+// SIGKILL once every rank has completed a few calls. Every survivor must fail with
+// peer_lost or timeout well within the deadline, and /dev/shm must be clean.
+template <class A>
+void kill_one(std::size_t victim) {
+  gs::testbed::watchdog wd(60, "shm SIGKILL test");
+  const std::string job = gs::testbed::unique_job("kill");
+  steady::time_point killed_at{};
+  bool segment_gone_while_running = false;
+  const auto out =
+      gs::testbed::fork_ranks(4, job,
+                              [](gs::transport::shm& t, rank_env& env) {
+                                gs::call_options opt;
+                                opt.timeout = gs::seconds_d(kill_deadline);
+                                std::vector<float> v(3 << 20);
+                                const auto stop = steady::now() + std::chrono::seconds(30);
+                                while (steady::now() < stop) {
+                                  gs::allreduce<A>(t, std::span<float>(v), gs::op::sum, opt);
+                                  env.bump();
+                                }
+                              },
+                              {.time_limit = 40,
+                               .max_records = 16,
+                               .while_running = [&](const auto& pids, const auto& progress) {
+                                 const auto give_up = steady::now() + std::chrono::seconds(20);
+                                 for (;;) {
+                                   bool all = true;
+                                   for (std::size_t r = 0; r < pids.size(); ++r)
+                                     all = all && progress(r) >= 3;
+                                   if (all || steady::now() > give_up) break;
+                                   std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                                 }
+                                 segment_gone_while_running = !gs::testbed::segment_exists(job);
+                                 ::kill(pids[victim], SIGKILL);
+                                 killed_at = steady::now();
+                               }});
+  const double after_kill = std::chrono::duration<double>(steady::now() - killed_at).count();
+  CHECK(segment_gone_while_running);
+  CHECK(out[victim].status == -SIGKILL);
+  bool named_victim = false;
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    if (r == victim) continue;
+    INFO("rank " << r << ": " << out[r].what);
+    CHECK(out[r].status == 3);
+    const bool lost_or_timeout = out[r].error_code == static_cast<int>(gs::errc::peer_lost) ||
+                                 out[r].error_code == static_cast<int>(gs::errc::timeout);
+    CHECK(lost_or_timeout);
+    CHECK(out[r].what.find("on rank " + std::to_string(r)) != std::string::npos);
+    named_victim |=
+        out[r].what.find("(peer " + std::to_string(victim) + ")") != std::string::npos &&
+        out[r].what.find("died") != std::string::npos;
+  }
+  CHECK(named_victim);                // whoever waited on the victim saw its process die
+  CHECK(after_kill < kill_deadline);  // detected, not waited out
+  CHECK_FALSE(gs::testbed::segment_exists(job));
+}
+
+}  // namespace
+
+TEST_CASE("shm: SIGKILL mid two-shot makes every survivor fail fast, /dev/shm clean") {
+  kill_one<gs::algo::direct_two_shot>(2);
+}
+
+TEST_CASE("shm: SIGKILL mid ring makes every survivor fail fast, /dev/shm clean") {
+  kill_one<gs::algo::ring>(1);
+}
+
+TEST_CASE("shm: a rank that never calls makes its peer time out, naming peer and op") {
+  gs::testbed::watchdog wd(30, "shm timeout test");
+  const auto out = gs::testbed::fork_ranks(
+      2, gs::testbed::unique_job("timeout"),
+      [](gs::transport::shm& t, rank_env&) {
+        std::vector<double> v(100, 1.0);
+        gs::call_options opt;
+        opt.timeout = gs::seconds_d(0.5);
+        gs::allreduce<gs::algo::direct_one_shot>(t, std::span<double>(v), gs::op::sum, opt);
+        if (t.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        // Rank 1's late call #1 may still complete from rank 0's posted slot; call #2
+        // needs rank 0, which has failed.
+        gs::allreduce<gs::algo::direct_one_shot>(t, std::span<double>(v), gs::op::sum, opt);
+        gs::allreduce<gs::algo::direct_one_shot>(t, std::span<double>(v), gs::op::sum, opt);
+      },
+      {.time_limit = 20, .max_records = 4, .while_running = {}});
+  INFO("rank 0: " << out[0].what);
+  INFO("rank 1: " << out[1].what);
+  CHECK(out[0].error_code == static_cast<int>(gs::errc::timeout));
+  CHECK(out[0].what.find("on rank 0 (peer 1) in op #1") != std::string::npos);
+  CHECK(out[0].seconds < 1.4);
+  // Rank 1 arrives late and finds rank 0 gone: peer_lost, not another full timeout.
+  CHECK(out[1].error_code == static_cast<int>(gs::errc::peer_lost));
+  CHECK(out[1].what.find("(peer 0)") != std::string::npos);
+  CHECK(out[1].what.find("failed") != std::string::npos);
+  CHECK(out[1].seconds < 1.5 + 0.4);  // found at once, not after its own 0.5 s deadline
+}
+
+TEST_CASE("shm: mismatched counts or types raise mismatch on every rank, then work again") {
+  gs::testbed::watchdog wd(60, "shm mismatch test");
+  const auto out = gs::testbed::fork_ranks(
+      3, gs::testbed::unique_job("mismatch"),
+      [](gs::transport::shm& t, rank_env& env) {
+        const std::size_t r = t.rank(), n = t.size();
+        auto expect_mismatch = [&](const char* label, const char* field, auto&& call) {
+          std::uint64_t ok = 0;
+          try {
+            call();
+          } catch (const gs::error& e) {
+            ok = e.code() == gs::errc::mismatch &&
+                 std::string(e.what()).find(field) != std::string::npos;
+          }
+          env.report(label, ok ? 0 : 1, 0);
+        };
+        auto count_of = [&](std::size_t base) { return base + (r == 1 ? 1 : 0); };
+        std::vector<float> small(count_of(10)), large(count_of(2000000));
+        expect_mismatch("one-shot count", "count 10 vs 11", [&] {
+          gs::allreduce<gs::algo::direct_one_shot>(t, std::span<float>(small), gs::op::sum);
+        });
+        expect_mismatch("two-shot count", "count 2000000 vs 2000001", [&] {
+          gs::allreduce<gs::algo::direct_two_shot>(t, std::span<float>(large), gs::op::sum);
+        });
+        expect_mismatch("ring count", "count 10 vs 11", [&] {
+          gs::allreduce<gs::algo::ring>(t, std::span<float>(small), gs::op::sum);
+        });
+        expect_mismatch("one-shot type", "element type float32 vs float64", [&] {
+          if (r == 2) {
+            std::vector<double> d(10);
+            gs::allreduce<gs::algo::direct_one_shot>(t, std::span<double>(d), gs::op::sum);
+          } else {
+            std::vector<float> f(10);
+            gs::allreduce<gs::algo::direct_one_shot>(t, std::span<float>(f), gs::op::sum);
+          }
+        });
+        expect_mismatch("one-shot op", "op sum vs max", [&] {
+          std::vector<float> f(10);
+          if (r == 2) {
+            gs::allreduce<gs::algo::direct_one_shot>(t, std::span<float>(f), gs::op::max);
+          } else {
+            gs::allreduce<gs::algo::direct_one_shot>(t, std::span<float>(f), gs::op::sum);
+          }
+        });
+        // The transport stays usable after a mismatch.
+        std::vector<std::int32_t> v(777);
+        gs::testing::fill_inputs(std::span<std::int32_t>(v), gs::reduce_op::sum, r, n);
+        gs::allreduce<gs::algo::direct_one_shot>(t, std::span<std::int32_t>(v), gs::op::sum);
+        gs::testing::fill_inputs(std::span<std::int32_t>(v), gs::reduce_op::sum, r, n);
+        gs::allreduce<gs::algo::direct_two_shot>(t, std::span<std::int32_t>(v), gs::op::sum);
+        env.report(
+            "after",
+            gs::testing::count_wrong(std::span<const std::int32_t>(v), gs::reduce_op::sum, n), 0);
+      },
+      {.time_limit = 40, .max_records = 16, .while_running = {}});
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    INFO("rank " << r << ": " << out[r].what);
+    CHECK(out[r].status == 0);
+    REQUIRE(out[r].records.size() == 6);
+    for (const auto& rec : out[r].records) {
+      INFO(rec.label);
+      CHECK(rec.wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("shm: the segment is created with mode 0600 and unlinked once all attached") {
+  gs::testbed::watchdog wd(30, "shm segment mode test");
+  const std::string job = gs::testbed::unique_job("mode");
+  const std::string path = "/dev/shm" + gs::transport::detail::segment_name(job);
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // rank 0 of 2: creates the segment and waits for rank 1
+    int code = 1;
+    try {
+      gs::transport::shm t(0, 2, job);
+      std::vector<float> v(5, 2.0f);
+      gs::allreduce<gs::algo::direct_one_shot>(t, std::span<float>(v), gs::op::sum);
+      code = v == std::vector<float>(5, 5.0f) ? 0 : 2;
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  struct stat st {};
+  const auto give_up = steady::now() + std::chrono::seconds(10);
+  while (::stat(path.c_str(), &st) != 0 && steady::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(st.st_uid == ::geteuid());
+  {
+    gs::transport::shm t(1, 2, job);
+    CHECK_FALSE(gs::testbed::segment_exists(job));  // gone as soon as both attached
+    CHECK(t.segment_name() == gs::transport::detail::segment_name(job));
+    std::vector<float> v(5, 3.0f);
+    gs::allreduce<gs::algo::direct_one_shot>(t, std::span<float>(v), gs::op::sum);
+    CHECK(v == std::vector<float>(5, 5.0f));
+  }
+  int status = -1;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("shm: bootstrap errors are reported, and leave nothing in /dev/shm") {
+  gs::testbed::watchdog wd(30, "shm bootstrap test");
+  ::unsetenv("GRADSYNC_SHM_JOB");
+  ::setenv("GRADSYNC_SHM_RANK", "0", 1);
+  ::setenv("GRADSYNC_SHM_SIZE", "2", 1);
+  try {
+    (void)gs::transport::shm::from_env();
+    FAIL("from_env without GRADSYNC_SHM_JOB must throw");
+  } catch (const gs::error& e) {
+    CHECK(e.code() == gs::errc::invalid_argument);
+    CHECK(std::string(e.what()).find("GRADSYNC_SHM_JOB") != std::string::npos);
+  }
+  ::setenv("GRADSYNC_SHM_RANK", "two", 1);
+  ::setenv("GRADSYNC_SHM_JOB", "x", 1);
+  CHECK_THROWS_AS((void)gs::transport::shm::from_env(), gs::error);
+  CHECK_THROWS_AS(gs::transport::shm(2, 2, "x"), gs::error);
+
+  // Rank 0 of 2 alone: times out during the bootstrap and removes the segment.
+  const std::string job = gs::testbed::unique_job("lonely");
+  try {
+    gs::transport::shm_options o;
+    o.size = 2;
+    o.job = job;
+    o.bootstrap_timeout = gs::seconds_d(0.3);
+    gs::transport::shm t(o);
+    FAIL("a group with a missing rank must not form");
+  } catch (const gs::error& e) {
+    CHECK(e.code() == gs::errc::timeout);
+    CHECK(std::string(e.what()).find("1 of 2 ranks attached") != std::string::npos);
+  }
+  CHECK_FALSE(gs::testbed::segment_exists(job));
+}
