@@ -60,7 +60,7 @@ void one_rank() {
 bool two_ranks(const std::vector<int>& devs) {
   std::vector<ncclComm_t> comms;
   try {
-    comms = gs::transport::nccl_comms_for_devices(devs, gs::deadline::after(gs::seconds_d{60}));
+    comms = gs::transport::nccl_comms_for_devices(devs, gs::deadline::after(gs::seconds_d{20}));
   } catch (const gs::error& e) {
     std::printf("2-rank NCCL setup on devices {%d,%d} refused (%s): %s\n", devs[0], devs[1],
                 std::string(gs::errc_name(e.code())).c_str(), e.what());
