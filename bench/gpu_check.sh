@@ -47,6 +47,15 @@ for d in ${NCCL_HOME:-} "$CUDA_HOME" /usr /usr/local \
 done
 if [ -n "$nccl_lib" ]; then say "NCCL: $nccl_inc/nccl.h, $nccl_lib"; else say "NCCL: not found (nccl parts skipped)"; fi
 
+MPICXX=""; MPIRUN=""
+for c in mpicxx mpicxx.openmpi; do
+  if command -v "$c" >/dev/null && "$c" --showme:compile >/dev/null 2>&1; then
+    MPICXX=$(command -v "$c")
+    MPIRUN=$(command -v mpirun || command -v mpirun.openmpi); break
+  fi
+done
+if [ -n "$MPIRUN" ]; then say "MPI: Open MPI via $c ($MPIRUN)"; else say "MPI: not found (mpi_device test skipped)"; fi
+
 FLAGS=(-std=c++20 -O2 -lineinfo "-arch=$ARCH" -I"$ROOT/include" -I"$ROOT/tests/testbed" -Xcompiler=-Wall,-Wextra)
 NCCL_FLAGS=()
 if [ -n "$nccl_lib" ]; then
@@ -76,6 +85,9 @@ build() {  # name source extra-flags...
   else
     build gpu_bench bench/gpu/gpu_bench.cu &
   fi
+  if [ -n "$MPIRUN" ]; then
+    build test_mpi_device tests/cuda/test_mpi_device.cu -ccbin "$MPICXX" &  # mpicxx adds MPI
+  fi
   wait
 } 2>&1 | tee -a "$LOG"
 say "build done after $(elapsed) s"
@@ -101,6 +113,13 @@ run_test() {  # name timeout
 run_test test_device_kernels 120
 run_test test_cuda_ipc 120
 [ -n "$nccl_lib" ] && run_test test_nccl 120
+if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi_device" ]; then
+  say "== test test_mpi_device (2 ranks)"
+  timeout 120 "$MPIRUN" --allow-run-as-root --oversubscribe -n 2 "$BUILD/test_mpi_device" \
+    >"$BUILD/mpi.out" 2>&1; rc=$?
+  cat "$BUILD/mpi.out" >>"$LOG"; tail -8 "$BUILD/mpi.out"
+  if [ $rc -eq 0 ]; then note "TEST test_mpi_device: passed"; else note "TEST test_mpi_device: FAILED (exit $rc)"; fi
+fi
 say "tests done after $(elapsed) s"
 
 # ---- benchmarks ----------------------------------------------------------------------------
