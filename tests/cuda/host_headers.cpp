@@ -18,3 +18,9 @@ void gradsync_host_native_allreduce(gs::transport::nccl& t, gs::bfloat16* gpu, s
   gs::allreduce<gs::algo::native>(t, gs::device_span<gs::bfloat16>(gpu, n), gs::op::avg);
   t.synchronize(gs::deadline::after(gs::seconds_d{10}));
 }
+
+// cuda_ipc's setup from host code, over the fork-based bootstrap.
+void gradsync_host_ipc_setup(gs::transport::fork_group& g) {
+  gs::transport::cuda_ipc ipc{g, 0};
+  ipc.synchronize(gs::deadline::after(gs::seconds_d{10}));
+}

@@ -76,7 +76,7 @@ class cuda_ipc {
     GRADSYNC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     GRADSYNC_CUDA_CHECK(cudaMalloc(&region_, flag_region + 2 * half_));
     GRADSYNC_CUDA_CHECK(cudaMemset(region_, 0, flag_region));
-    GRADSYNC_CUDA_CHECK(cudaMalloc(&status_, sizeof(int)));
+    GRADSYNC_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&status_), sizeof(int)));
     GRADSYNC_CUDA_CHECK(cudaMemset(status_, 0, sizeof(int)));
     cudaIpcMemHandle_t mine{};
     GRADSYNC_CUDA_CHECK(cudaIpcGetMemHandle(&mine, region_));
