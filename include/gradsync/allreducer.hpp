@@ -186,8 +186,8 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion> {
   std::size_t tensor_count() const { return this->descs_.size(); }
 
   /// Marks registered tensor i's gradient final for this step; launches, in plan order,
-  /// every bucket whose tensors are now all ready. The first ready() after a completed
-  /// step starts the next step.
+  /// every bucket whose tensors are now all ready. A step is open from its first ready()
+  /// until wait() or allreduce_async() ends it; the next ready() opens the next step.
   void ready(std::size_t i) {
     this->check_index(i);
     start_step_if_needed();
@@ -200,21 +200,29 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion> {
     --missing_[this->plan_.tensor_bucket[i]];
     launch_ready_buckets();
   }
-  /// Marks every tensor not yet marked ready (starting a new step if the last one has
-  /// completed) and returns the step's handle.
+  /// Ends the open step (or opens and ends a new one): marks every tensor not yet marked
+  /// ready and returns the step's handle. Wait on it (or call wait()) before the next
+  /// ready().
   pending allreduce_async() {
     this->require_committed();
     start_step_if_needed();
     launch_rest();
+    phase_ = step_phase::closed;
     return pending(step_->done);
   }
   /// Ends the step: launches what is left (tensors not marked count as ready) and waits
   /// for every bucket; the results are then in the tensors (or the arena). Rethrows the
-  /// first error of the step.
+  /// first error of the step. After allreduce_async() it waits for that step, unless
+  /// its handle was already waited on; with no step open it runs a whole step.
   void wait() {
-    if (!step_) return;
+    this->require_committed();
     const auto t0 = std::chrono::steady_clock::now();
-    launch_rest();
+    if (phase_ == step_phase::closed && step_->done->waited()) phase_ = step_phase::idle;
+    if (phase_ != step_phase::closed) {  // idle: a whole step with every tensor ready
+      start_step_if_needed();
+      launch_rest();
+    }
+    phase_ = step_phase::idle;
     pending(step_->done).wait();
     this->tl_.complete("wait", observe::track::caller, t0, std::chrono::steady_clock::now());
   }
@@ -264,7 +272,7 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion> {
 
   void start_step_if_needed() {
     const std::size_t nb = this->plan_.buckets.size();
-    if (step_ && next_launch_ < nb) return;  // the current step is still being filled
+    if (phase_ == step_phase::open) return;  // the current step is still being filled
     this->throw_if_broken();
     if (step_ && !step_->done->done()) {
       throw error(errc::invalid_argument, {this->t_.rank(), error_site::npos, ~std::uint64_t{0}},
@@ -276,6 +284,7 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion> {
     missing_.resize(nb);
     for (std::size_t k = 0; k < nb; ++k) missing_[k] = this->plan_.buckets[k].tensors.size();
     next_launch_ = 0;
+    phase_ = step_phase::open;
     if (nb == 0) this->finish_empty(*step_);
   }
 
@@ -297,10 +306,12 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion> {
 
   progress_thread bg_;
   typename base::runner_table step_runners_{};
-  std::shared_ptr<batch> step_;       // the current step of registered tensors
-  std::vector<std::uint8_t> ready_;   // tensor -> marked ready in this step
-  std::vector<std::size_t> missing_;  // bucket -> tensors not yet ready
-  std::size_t next_launch_ = 0;       // next bucket to launch (plan order)
+  std::shared_ptr<batch> step_;                  // the current step of registered tensors
+  std::vector<std::uint8_t> ready_;              // tensor -> marked ready in this step
+  std::vector<std::size_t> missing_;             // bucket -> tensors not yet ready
+  std::size_t next_launch_ = 0;                  // next bucket to launch (plan order)
+  enum class step_phase { idle, open, closed };  // closed: by allreduce_async, not waited
+  step_phase phase_ = step_phase::idle;
 };
 
 }  // namespace gradsync

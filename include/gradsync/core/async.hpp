@@ -53,12 +53,22 @@ class completion {
     cv_.wait(lk, [&] { return remaining_ == 0; });
     return err_;
   }
+  /// Records that the owner of a handle waited for the operation (see allreducer::wait).
+  void mark_waited() {
+    std::lock_guard lk(m_);
+    waited_ = true;
+  }
+  bool waited() const {
+    std::lock_guard lk(m_);
+    return waited_;
+  }
 
  private:
   mutable std::mutex m_;
   mutable std::condition_variable cv_;
   std::size_t remaining_;
   std::exception_ptr err_;
+  bool waited_ = false;
 };
 
 }  // namespace detail
@@ -79,7 +89,9 @@ class pending {
   /// Blocks until complete; rethrows the operation's error (gradsync::error).
   void wait() const {
     if (!c_) return;
-    if (auto e = c_->wait()) std::rethrow_exception(e);
+    auto e = c_->wait();
+    c_->mark_waited();
+    if (e) std::rethrow_exception(e);
   }
   /// The operation's error once it has failed (nullptr while running or on success).
   std::exception_ptr error() const { return c_ ? c_->error() : nullptr; }

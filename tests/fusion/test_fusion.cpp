@@ -1,0 +1,341 @@
+// Fused, zero-copy, grouped and unfused-registered allreduces on in-process ranks:
+// exact results, bitwise identical across ranks and across runs, ready() in random
+// orders, plan mismatches named at registration.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gradsync/gradsync.hpp>
+
+#include "fusion_helpers.hpp"
+#include "watchdog.hpp"
+
+namespace gs = gradsync;
+using namespace fusion_test;
+using local = gs::transport::local;
+
+namespace {
+
+// Registers the model in caller memory (packed) or in the arena (zero-copy), runs
+// `steps` steps marking tensors in a per-rank random order, and checks every step.
+template <class Fusion, class T, class Op>
+void run_model(std::size_t ranks, Op op, std::size_t steps, std::vector<std::uint64_t>& digests,
+               std::vector<std::size_t>& wrong) {
+  const auto sizes = model_sizes();
+  const auto first = firsts(sizes);
+  digests.assign(ranks, 0);
+  wrong.assign(ranks, 99);
+  gs::transport::run_local(ranks, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, Fusion> ar(t);
+    std::vector<std::vector<T>> own(sizes.size());
+    std::vector<std::span<T>> ts;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      if constexpr (gs::fusion::is_zero_copy_v<Fusion>) {
+        CHECK(ar.template add<T>(sizes[i], "t" + std::to_string(i)) == i);
+      } else {
+        own[i].resize(sizes[i]);
+        CHECK(ar.add(std::span<T>(own[i]), "t" + std::to_string(i)) == i);
+      }
+    }
+    ar.commit(op);
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      if constexpr (gs::fusion::is_zero_copy_v<Fusion>) {
+        ts.push_back(ar.template view<T>(i));
+      } else {
+        ts.push_back(std::span<T>(own[i]));
+      }
+    }
+    std::size_t w = 0;
+    for (std::size_t s = 0; s < steps; ++s) {
+      fill_model(ts, Op::id, t.rank(), ranks, first);
+      for (std::size_t i : shuffled(ts.size(), 1000 * s + t.rank())) ar.ready(i);
+      ar.wait();
+      w += wrong_model(ts, Op::id, ranks, first);
+      const auto st = ar.last_stats();
+      CHECK(st.tensors == sizes.size());
+      CHECK(st.buckets == ar.plan().buckets.size());
+      CHECK(st.bytes_in == ar.plan().payload_bytes);
+      if (ranks > 1) CHECK(st.bytes_wire >= st.bytes_in * (ranks - 1) / ranks);
+    }
+    CHECK(ar.total_stats().calls == steps);
+    wrong[t.rank()] = w;
+    digests[t.rank()] = digest_model(ts);
+  });
+}
+
+template <class Fusion, class T, class Op>
+void check_model(Op op) {
+  for (std::size_t ranks : {1, 2, 3, 4}) {
+    CAPTURE(ranks);
+    std::vector<std::uint64_t> d;
+    std::vector<std::size_t> w;
+    run_model<Fusion, T>(ranks, op, 2, d, w);
+    CHECK(w == std::vector<std::size_t>(ranks, 0));
+    for (std::size_t r = 1; r < ranks; ++r) CHECK(d[r] == d[0]);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("bucket fusion: exact and identical on every rank, several types and ops") {
+  gs::testbed::watchdog wd(120, "bucket fusion exact");
+  check_model<gs::fusion::bucket<16 << 10>, float>(gs::op::sum);
+  check_model<gs::fusion::bucket<16 << 10>, float>(gs::op::avg);
+  check_model<gs::fusion::bucket<64 << 10>, double>(gs::op::max);
+  check_model<gs::fusion::bucket<8 << 10>, gs::half>(gs::op::sum);
+  check_model<gs::fusion::bucket<1 << 20>, std::int32_t>(gs::op::min);
+  check_model<gs::fusion::bucket<4 << 10>, gs::bfloat16>(gs::op::prod);
+}
+
+TEST_CASE("zero-copy buckets: exact and identical on every rank") {
+  gs::testbed::watchdog wd(120, "zero-copy exact");
+  check_model<gs::fusion::zero_copy<16 << 10>, float>(gs::op::sum);
+  check_model<gs::fusion::zero_copy<32 << 10>, double>(gs::op::avg);
+  check_model<gs::fusion::zero_copy<8 << 10>, std::int64_t>(gs::op::max);
+}
+
+TEST_CASE("fusion::none with registered tensors: one async allreduce per tensor, exact") {
+  gs::testbed::watchdog wd(120, "none registered exact");
+  check_model<gs::fusion::none, float>(gs::op::sum);
+}
+
+TEST_CASE("grouped call: a list of spans fused in one go, exact, sync and async") {
+  gs::testbed::watchdog wd(120, "grouped exact");
+  const auto sizes = model_sizes();
+  const auto first = firsts(sizes);
+  for (std::size_t ranks : {1, 2, 3}) {
+    CAPTURE(ranks);
+    std::vector<std::size_t> wrong(ranks, 99);
+    std::vector<std::uint64_t> dig(ranks, 0);
+    gs::transport::run_local(ranks, [&](local& t) {
+      gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<32 << 10>> ar(t);
+      std::vector<std::vector<float>> own(sizes.size());
+      std::vector<std::span<float>> ts;
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        own[i].resize(sizes[i]);
+        ts.push_back(std::span<float>(own[i]));
+      }
+      std::size_t w = 0;
+      fill_model(ts, gs::reduce_op::sum, t.rank(), ranks, first);
+      ar.allreduce(ts, gs::op::sum);
+      w += wrong_model(ts, gs::reduce_op::sum, ranks, first);
+      CHECK(ar.last_stats().tensors == sizes.size());
+      CHECK(ar.last_stats().buckets < sizes.size());  // really fused
+      fill_model(ts, gs::reduce_op::max, t.rank(), ranks, first);
+      const std::vector<gs::tensor_ref> refs(ts.begin(), ts.end());
+      auto h = ar.allreduce_async(std::span<const gs::tensor_ref>(refs), gs::op::max);
+      h.wait();
+      CHECK(h.test());
+      w += wrong_model(ts, gs::reduce_op::max, ranks, first);
+      wrong[t.rank()] = w;
+      dig[t.rank()] = digest_model(ts);
+    });
+    CHECK(wrong == std::vector<std::size_t>(ranks, 0));
+    for (std::size_t r = 1; r < ranks; ++r) CHECK(dig[r] == dig[0]);
+  }
+}
+
+TEST_CASE("mixed element types in one model: one bucket per type, all exact") {
+  gs::testbed::watchdog wd(60, "mixed types");
+  std::vector<std::size_t> wrong(3, 99);
+  gs::transport::run_local(3, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<4 << 10>> ar(t);
+    std::vector<float> f1(300), f2(700);
+    std::vector<double> d1(500);
+    std::vector<gs::half> h1(900);
+    ar.add(std::span<float>(f1));
+    ar.add(std::span<double>(d1));
+    ar.add(std::span<gs::half>(h1));
+    ar.add(std::span<float>(f2));
+    ar.commit(gs::op::sum);
+    std::size_t nf32 = 0;
+    for (const auto& b : ar.plan().buckets) nf32 += b.type == gs::dtype::f32;
+    CHECK(nf32 >= 1);
+    gs::testing::fill_inputs(std::span<float>(f1), gs::reduce_op::sum, t.rank(), 3, 0);
+    gs::testing::fill_inputs(std::span<double>(d1), gs::reduce_op::sum, t.rank(), 3, 300);
+    gs::testing::fill_inputs(std::span<gs::half>(h1), gs::reduce_op::sum, t.rank(), 3, 800);
+    gs::testing::fill_inputs(std::span<float>(f2), gs::reduce_op::sum, t.rank(), 3, 1700);
+    auto h = ar.allreduce_async();
+    h.wait();
+    wrong[t.rank()] =
+        gs::testing::count_wrong(std::span<const float>(f1), gs::reduce_op::sum, 3, 0) +
+        gs::testing::count_wrong(std::span<const double>(d1), gs::reduce_op::sum, 3, 300) +
+        gs::testing::count_wrong(std::span<const gs::half>(h1), gs::reduce_op::sum, 3, 800) +
+        gs::testing::count_wrong(std::span<const float>(f2), gs::reduce_op::sum, 3, 1700);
+  });
+  CHECK(wrong == std::vector<std::size_t>(3, 0));
+}
+
+TEST_CASE("same plan, inexact inputs: bitwise identical across ranks and across runs") {
+  gs::testbed::watchdog wd(120, "reproducible");
+  const auto sizes = model_sizes();
+  std::vector<std::uint64_t> runs;
+  for (int run = 0; run < 3; ++run) {
+    std::vector<std::uint64_t> dig(3, 0);
+    gs::transport::run_local(3, [&](local& t) {
+      gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<16 << 10>> ar(t);
+      std::vector<std::vector<float>> own(sizes.size());
+      std::vector<std::span<float>> ts;
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        own[i].resize(sizes[i]);
+        ts.push_back(std::span<float>(own[i]));
+        ar.add(ts.back());
+      }
+      ar.commit(gs::op::avg);
+      // Values whose sums round: the result depends on the reduction order.
+      std::mt19937 g(1234 + static_cast<unsigned>(t.rank()));
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (auto& s : ts)
+        for (auto& x : s) x = u(g) / 3.0f;
+      // A different ready() order on every rank and in every run.
+      for (std::size_t i : shuffled(ts.size(), 77 * run + 5 * t.rank())) ar.ready(i);
+      ar.wait();
+      dig[t.rank()] = digest_model(ts);
+    });
+    CHECK(dig[1] == dig[0]);
+    CHECK(dig[2] == dig[0]);
+    runs.push_back(dig[0]);
+  }
+  CHECK(runs[1] == runs[0]);
+  CHECK(runs[2] == runs[0]);
+}
+
+TEST_CASE("ready() in random orders, different per rank, over many steps: no deadlock") {
+  gs::testbed::watchdog wd(120, "random ready orders");
+  const std::size_t ranks = 4, steps = 12;
+  std::vector<std::size_t> wrong(ranks, 99);
+  std::vector<std::size_t> ntensors{1, 2, 5, 64};
+  gs::transport::run_local(ranks, [&](local& t) {
+    std::size_t w = 0;
+    for (std::size_t nt : ntensors) {
+      gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<2048>> ar(t);
+      std::vector<std::vector<std::int32_t>> own(nt);
+      std::vector<std::span<std::int32_t>> ts;
+      std::vector<std::size_t> first(nt);
+      for (std::size_t i = 0; i < nt; ++i) {
+        own[i].resize(50 + 131 * i % 400);
+        first[i] = 1000 * i;
+        ts.push_back(std::span<std::int32_t>(own[i]));
+        ar.add(ts.back());
+      }
+      ar.commit(gs::op::sum);
+      std::mt19937 g(static_cast<unsigned>(99 * t.rank() + nt));
+      for (std::size_t s = 0; s < steps; ++s) {
+        fill_model(ts, gs::reduce_op::sum, t.rank(), ranks, first);
+        auto order = shuffled(nt, g());
+        // Sometimes mark only part and let wait() launch the rest.
+        const std::size_t marked = s % 3 == 2 ? nt / 2 : nt;
+        for (std::size_t k = 0; k < marked; ++k) {
+          ar.ready(order[k]);
+          if (g() % 4 == 0) std::this_thread::yield();
+        }
+        if (s % 2) {
+          ar.wait();
+        } else {
+          ar.allreduce_async().wait();
+        }
+        w += wrong_model(ts, gs::reduce_op::sum, ranks, first);
+      }
+    }
+    wrong[t.rank()] = w;
+  });
+  CHECK(wrong == std::vector<std::size_t>(ranks, 0));
+}
+
+TEST_CASE(
+    "plan mismatch across ranks: errc::mismatch on every rank naming the first differing tensor") {
+  gs::testbed::watchdog wd(60, "plan mismatch");
+  std::mutex m;
+  std::vector<std::string> msgs(3);
+  std::vector<int> codes(3, 0);
+  gs::transport::run_local(3, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<4096>> ar(t);
+    std::vector<std::vector<float>> own(8);
+    for (std::size_t i = 0; i < 8; ++i) {
+      own[i].resize(100 + i + (t.rank() == 2 && i == 5 ? 1 : 0));
+      ar.add(std::span<float>(own[i]), "layer" + std::to_string(i) + ".weight");
+    }
+    try {
+      ar.commit();
+    } catch (const gs::error& e) {
+      std::lock_guard lk(m);
+      msgs[t.rank()] = e.what();
+      codes[t.rank()] = static_cast<int>(e.code());
+    }
+  });
+  for (std::size_t r = 0; r < 3; ++r) {
+    CAPTURE(msgs[r]);
+    CHECK(codes[r] == static_cast<int>(gs::errc::mismatch));
+    CHECK(msgs[r].find("first differing tensor is #5") != std::string::npos);
+    CHECK(msgs[r].find("rank 2 has count 106 float32") != std::string::npos);
+    CHECK(msgs[r].find("rank 0 has count 105 float32") != std::string::npos);
+    CHECK(msgs[r].find("rank " + std::to_string(r)) != std::string::npos);
+  }
+  CHECK(msgs[2].find("'layer5.weight'") != std::string::npos);
+}
+
+TEST_CASE("plan mismatch: a rank with fewer tensors is named, and nobody hangs") {
+  gs::testbed::watchdog wd(60, "plan mismatch length");
+  std::vector<std::string> msgs(2);
+  gs::transport::run_local(2, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::zero_copy<4096>> ar(t);
+    const std::size_t n = t.rank() == 1 ? 3 : 4;
+    for (std::size_t i = 0; i < n; ++i) ar.add<double>(10);
+    try {
+      ar.commit();
+    } catch (const gs::error& e) {
+      msgs[t.rank()] = e.what();
+    }
+  });
+  for (const auto& m : msgs) {
+    CAPTURE(m);
+    CHECK(m.find("mismatch") != std::string::npos);
+    CHECK(m.find("first differing tensor is #3") != std::string::npos);
+    CHECK(m.find("rank 1 has no such tensor (3 registered)") != std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "bad use is reported: avg on an integer tensor, ready twice, out of range, add after commit") {
+  gs::testbed::watchdog wd(60, "bad use");
+  gs::transport::run_local(1, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<4096>> ar(t);
+    std::vector<std::int32_t> a(10);
+    std::vector<float> b(10);
+    CHECK_THROWS_WITH_AS(ar.ready(0), doctest::Contains("commit()"), gs::error);
+    ar.add(std::span<float>(b), "ok");
+    ar.add(std::span<std::int32_t>(a), "counts");
+    CHECK_THROWS_WITH_AS(ar.commit(gs::op::avg), doctest::Contains("tensor #1 ('counts') is int32"),
+                         gs::error);
+  });
+  gs::transport::run_local(1, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<4096>> ar(t);
+    std::vector<float> b(10);
+    ar.add(std::span<float>(b), "w");
+    ar.commit();
+    CHECK_THROWS_WITH_AS(ar.add(std::span<float>(b)), doctest::Contains("after commit()"),
+                         gs::error);
+    CHECK_THROWS_WITH_AS(ar.ready(1), doctest::Contains("out of range"), gs::error);
+    std::vector<std::int32_t> x(4);
+    const gs::tensor_ref bad(x.data(), 4, gs::dtype::i32);
+    CHECK_THROWS_WITH_AS(ar.allreduce(std::span<const gs::tensor_ref>(&bad, 1), gs::op::avg),
+                         doctest::Contains("op::avg needs a floating-point"), gs::error);
+  });
+  gs::transport::run_local(2, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<64>> ar(t);
+    std::vector<float> b(100), c(100);
+    ar.add(std::span<float>(b), "w");
+    ar.add(std::span<float>(c), "v");
+    ar.commit();
+    ar.ready(0);
+    // Tensor 0 is alone in the last bucket, so its step is still being filled.
+    CHECK_THROWS_WITH_AS(ar.ready(0), doctest::Contains("tensor #0 ('w') was marked ready twice"),
+                         gs::error);
+    ar.wait();
+  });
+}

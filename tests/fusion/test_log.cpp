@@ -1,0 +1,104 @@
+// GRADSYNC_LOG and GRADSYNC_TIMELINE from the environment (meson sets both for this
+// test): log lines carry the rank prefix and report the composition, the bucket plan
+// and timeouts; the timeline goes to the environment's path.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gradsync/gradsync.hpp>
+
+#include "json_check.hpp"
+#include "watchdog.hpp"
+
+namespace gs = gradsync;
+using local = gs::transport::local;
+
+namespace {
+/// Sends stderr to a file while alive; text() returns what was written.
+class capture_stderr {
+ public:
+  explicit capture_stderr(std::string path) : path_(std::move(path)) {
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    const int fd = ::open(path_.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  ~capture_stderr() { restore(); }
+  std::string text() {
+    restore();
+    return gs::testbed::read_file(path_);
+  }
+
+ private:
+  void restore() {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  std::string path_;
+  int saved_ = -1;
+};
+}  // namespace
+
+TEST_CASE("GRADSYNC_LOG=debug: composition, bucket plan and timeouts, with rank prefixes") {
+  gs::testbed::watchdog wd(60, "log");
+  REQUIRE(gs::current_log_level() == gs::log_level::debug);  // set by meson
+  const std::string env_trace =
+      std::getenv("GRADSYNC_TIMELINE") ? std::getenv("GRADSYNC_TIMELINE") : "";
+  REQUIRE(!env_trace.empty());
+  capture_stderr cap(env_trace + ".stderr");
+  gs::transport::run_local(2, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<8192>> ar(t);
+    std::vector<std::vector<float>> v(5, std::vector<float>(700));
+    for (auto& x : v) ar.add(std::span<float>(x));
+    ar.commit(gs::op::avg);
+    ar.allreduce_async().wait();
+  });
+  gs::transport::run_local(2, [&](local& t) {
+    if (t.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+      return;
+    }
+    gs::allreducer_options opt;
+    opt.call.timeout = gs::seconds_d{0.2};
+    opt.timeline = "";  // keep the first run's timeline file
+    gs::allreducer<local, gs::algo::ring> ar(t, opt);
+    std::vector<float> x(10);
+    CHECK_THROWS_AS(ar.allreduce(std::span<float>(x), gs::op::sum), gs::error);
+  });
+  const std::string text = cap.text();
+  CAPTURE(text);
+  CHECK(text.find(
+            "[gradsync rank 0] info: allreducer: transport=local algorithm=ring fusion=bucket") !=
+        std::string::npos);
+  CHECK(text.find("[gradsync rank 1] info: allreducer: transport=local") != std::string::npos);
+  CHECK(text.find(
+            "[gradsync rank 0] info: bucket plan (bucket, op avg): 3 bucket(s) for 5 tensor(s)") !=
+        std::string::npos);
+  CHECK(text.find(
+            "[gradsync rank 1] debug: bucket 0: float32, 5600 bytes at offset 0, tensors 4 3") !=
+        std::string::npos);
+  CHECK(text.find("[gradsync rank 0] warn: bucket 0 failed (the allreducer is unusable from now "
+                  "on): gradsync timeout on rank 0 (peer 1)") != std::string::npos);
+  std::remove((env_trace + ".stderr").c_str());
+  // The timeline path came from GRADSYNC_TIMELINE.
+  for (std::size_t r = 0; r < 2; ++r) {
+    const std::string f = gs::observe::timeline::path_for(env_trace, r);
+    const std::string j = gs::testbed::read_file(f);
+    CHECK(gs::testbed::json_checker(j).valid());
+    CAPTURE(j);
+    CHECK(j.find("\"name\":\"allreduce\"") != std::string::npos);
+    std::remove(f.c_str());
+  }
+}

@@ -1,0 +1,156 @@
+// Observability: the Chrome-trace timeline is valid JSON with the expected events
+// (and none for packing in zero-copy mode); statistics and the summary line.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gradsync/gradsync.hpp>
+
+#include "fusion_helpers.hpp"
+#include "json_check.hpp"
+#include "watchdog.hpp"
+
+namespace gs = gradsync;
+using namespace fusion_test;
+using local = gs::transport::local;
+
+namespace {
+std::string temp_base(const char* tag) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir && *dir ? dir : "/tmp") + "/gradsync_fusion_" + tag + "_" +
+         std::to_string(::getpid());
+}
+
+// Two ranks run two steps of a 3-bucket model; between the first bucket's tensors and
+// the rest the caller "computes" for 30 ms, so the progress thread waits for gradients.
+template <class Fusion>
+void traced_steps(const std::string& path) {
+  gs::transport::run_local(2, [&](local& t) {
+    gs::allreducer_options o;
+    o.timeline = path;
+    gs::allreducer<local, gs::algo::ring, Fusion> ar(t, o);
+    std::vector<std::vector<float>> own(6, std::vector<float>(3000));
+    std::vector<std::span<float>> ts;
+    for (std::size_t i = 0; i < 6; ++i) {
+      if constexpr (gs::fusion::is_zero_copy_v<Fusion>) {
+        ar.template add<float>(3000);
+      } else {
+        ar.add(std::span<float>(own[i]));
+      }
+    }
+    ar.commit(gs::op::sum);
+    for (int step = 0; step < 2; ++step) {
+      for (std::size_t i = 6; i-- > 4;) ar.ready(i);
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      for (std::size_t i = 4; i-- > 0;) ar.ready(i);
+      ar.wait();
+    }
+    CHECK(ar.timeline().size() > 0);
+  });
+}
+
+bool python_json_ok(const std::string& file) {
+  if (std::system("python3 -c 'import json' > /dev/null 2>&1") != 0) return true;  // no python
+  const std::string cmd = "python3 -m json.tool '" + file + "' > /dev/null";
+  return std::system(cmd.c_str()) == 0;
+}
+}  // namespace
+
+TEST_CASE("timeline: one valid Chrome-trace JSON file per rank with the bucket phases") {
+  gs::testbed::watchdog wd(60, "timeline packed");
+  const std::string base = temp_base("packed") + ".json";
+  traced_steps<
+      gs::fusion::bucket<24000, gs::fusion::storage::packed, gs::fusion::order::reverse, 24000>>(
+      base);
+  for (std::size_t r = 0; r < 2; ++r) {
+    const std::string f = gs::observe::timeline::path_for(base, r);
+    CAPTURE(f);
+    const std::string text = gs::testbed::read_file(f);
+    REQUIRE(!text.empty());
+    CHECK(gs::testbed::json_checker(text).valid());
+    CHECK(python_json_ok(f));
+    const auto names = gs::testbed::event_names(text);
+    for (const char* want : {"wait_gradients", "pack", "allreduce", "send", "recv", "reduce",
+                             "unpack", "wait", "gradsync rank ", "caller", "progress"}) {
+      CAPTURE(want);
+      bool found = false;
+      for (const auto& n : names) found = found || n.rfind(want, 0) == 0;
+      CHECK(found);
+    }
+    CHECK(text.find("\"pid\":" + std::to_string(r)) != std::string::npos);
+    std::remove(f.c_str());
+  }
+}
+
+TEST_CASE("timeline: zero-copy buckets have no pack or unpack events") {
+  gs::testbed::watchdog wd(60, "timeline zero-copy");
+  const std::string base = temp_base("zc");
+  traced_steps<gs::fusion::zero_copy<24000, gs::fusion::order::reverse, 24000>>(base);
+  for (std::size_t r = 0; r < 2; ++r) {
+    const std::string f = gs::observe::timeline::path_for(base, r);
+    CHECK(f == base + ".rank" + std::to_string(r) + ".json");
+    const std::string text = gs::testbed::read_file(f);
+    REQUIRE(!text.empty());
+    CHECK(gs::testbed::json_checker(text).valid());
+    const auto names = gs::testbed::event_names(text);
+    CHECK(names.count("allreduce") == 1);
+    CHECK(names.count("wait_gradients") == 1);
+    CHECK(names.count("pack") == 0);
+    CHECK(names.count("unpack") == 0);
+    std::remove(f.c_str());
+  }
+}
+
+TEST_CASE("json checker rejects broken JSON (so the timeline test can fail)") {
+  CHECK(gs::testbed::json_checker("{\"a\":[1,2.5e3,\"x\\n\",true,null]}").valid());
+  CHECK_FALSE(gs::testbed::json_checker("{\"a\":[1,2,]}").valid());
+  CHECK_FALSE(gs::testbed::json_checker("{\"a\":1").valid());
+  CHECK_FALSE(gs::testbed::json_checker("{\"a\":\"tab\there\"}").valid());
+  CHECK(gs::observe::timeline::escape("a\"b\\c\n") == "a\\\"b\\\\c\\u000a");
+}
+
+TEST_CASE("statistics: per call and cumulative, and a one-line summary") {
+  gs::testbed::watchdog wd(60, "stats");
+  std::vector<std::string> lines(2);
+  gs::transport::run_local(2, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<1 << 20>> ar(t);
+    std::vector<std::vector<float>> v(10, std::vector<float>(1024));
+    std::vector<std::span<float>> ts(v.begin(), v.end());
+    ar.allreduce(ts, gs::op::sum);
+    auto s = ar.last_stats();
+    CHECK(s.tensors == 10);
+    CHECK(s.buckets == 1);
+    CHECK(s.bytes_in == 10 * 4096);
+    CHECK(s.ranks == 2);
+    CHECK(s.wire_measured);
+    // ring on 2 ranks sends half the buffer in each phase, plus the 48-byte header
+    CHECK(s.bytes_wire == 10 * 4096 + sizeof(gs::call_header));
+    CHECK(s.algorithm == "ring");
+    CHECK(s.fusion == "bucket");
+    CHECK(s.seconds > 0);
+    CHECK(s.pack_seconds > 0);
+    CHECK(s.busbw() == doctest::Approx(s.algbw()));  // 2(n-1)/n = 1 for n = 2
+    ar.allreduce(std::span<float>(v[0]), gs::op::sum);
+    s = ar.last_stats();
+    CHECK(s.tensors == 1);
+    CHECK(s.pack_seconds == 0);  // one tensor: reduced in place
+    const auto tot = ar.total_stats();
+    CHECK(tot.calls == 2);
+    CHECK(tot.tensors == 11);
+    CHECK(tot.bytes_in == 11 * 4096);
+    lines[t.rank()] = ar.summary();
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    CAPTURE(lines[r]);
+    CHECK(lines[r].find("rank " + std::to_string(r) + "/2 ring+bucket") == 0);
+    CHECK(lines[r].find("1 tensors in 1 buckets") != std::string::npos);
+    CHECK(lines[r].find("total 2 calls") != std::string::npos);
+    CHECK(lines[r].find('\n') == std::string::npos);
+  }
+}
