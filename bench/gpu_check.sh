@@ -26,7 +26,7 @@ note() { summary+=("$*"); say "$*"; }
 elapsed() { echo $(( $(date +%s) - START )); }
 
 say "== gradsync gpu_check $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
+nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
 
 # ---- toolchain -------------------------------------------------------------------------
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
