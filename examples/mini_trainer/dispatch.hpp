@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include <gradsync/algorithm/direct.hpp>
+#include <gradsync/algorithm/native.hpp>
 #include <gradsync/gradsync.hpp>
 
 #include "config.hpp"
@@ -38,11 +40,18 @@ std::unique_ptr<gradient_sync> make_bucket(Tr& t, std::vector<std::span<float>> 
   return std::make_unique<bucket_sync<Tr, A, gradsync::fusion::bucket<Bytes>>>(t, std::move(g));
 }
 
+/// True when algorithm A can run on transport Tr (the conditions check_composition
+/// asserts: peer access for direct, a native allreduce for native).
+template <class A, class Tr>
+inline constexpr bool composes = gradsync::algorithm_for<A, Tr> &&
+                                 (!A::needs_peer_access || Tr::peer_access) &&
+                                 (!A::needs_native || Tr::native_allreduce);
+
 /// Adds algorithm A under `name` (fusion none, and bucket in a few compile-time sizes)
 /// if A composes with Tr.
 template <class Tr, class A>
 void add_algorithm(std::vector<dispatch_entry<Tr>>& t, std::string_view name) {
-  if constexpr (gradsync::algorithm_for<A, Tr>) {
+  if constexpr (composes<A, Tr>) {
     t.push_back({name, "none", 0, &make_per_tensor<Tr, A>});
     t.push_back({name, "bucket", 0.25, &make_bucket<Tr, A, (256u << 10)>});
     t.push_back({name, "bucket", 1, &make_bucket<Tr, A, (1u << 20)>});
@@ -59,6 +68,9 @@ std::vector<dispatch_entry<Tr>> table() {
   add_algorithm<Tr, algo::tree>(t, "tree");
   add_algorithm<Tr, algo::halving_doubling>(t, "halving_doubling");
   add_algorithm<Tr, algo::auto_select>(t, "auto");
+  add_algorithm<Tr, algo::direct_two_shot>(t, "direct");  // needs peer access (shm)
+  add_algorithm<Tr, algo::direct_one_shot>(t, "direct_one_shot");
+  add_algorithm<Tr, algo::native>(t, "native");  // the transport's own (MPI_Allreduce)
   return t;
 }
 

@@ -1,7 +1,9 @@
 // mini_trainer: data-parallel training of an MLP on Fashion-MNIST with gradsync.
-//   build/examples/mini_trainer/mini_trainer --ranks 4 --epochs 2
+//   build/examples/mini_trainer/mini_trainer --ranks 4 --epochs 2            (threads)
+//   build/examples/mini_trainer/mini_trainer --transport shm --ranks 2       (processes)
 //   mpirun -n 2 build/examples/mini_trainer/mini_trainer_openmpi --transport mpi
-// See docs/tutorial.md for a walk through the code.
+// Built with MINI_TRAINER_MPI (the mini_trainer_<flavour> executables) it offers
+// --transport mpi only; without it, local and shm. See docs/tutorial.md.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -20,16 +22,22 @@
 #include "train.hpp"
 
 #ifdef MINI_TRAINER_MPI
-#include "mpi_main.hpp"
+#include <mpi.h>
+
+#include <gradsync/transport/mpi.hpp>
+#else
+#include "launch_shm.hpp"
 #endif
 
 namespace mt = mini_trainer;
 
 namespace {
 
-/// Loads data and the starting state once per process, then trains on `ranks` ranks.
+/// Loads the data and the starting state (once per process), runs `launch` (which
+/// trains on every rank of this process and returns their final lines), checks that
+/// they agree and prints the final line.
 template <class Launch>
-int run(const mt::config& cfg, std::size_t ranks, bool print_here, Launch&& launch) {
+int run(const mt::config& cfg, std::size_t ranks, bool print_final, Launch&& launch) {
   mt::mlp_shape shape;
   shape.dims.push_back(784);
   for (auto h : cfg.hidden) shape.dims.push_back(h);
@@ -47,15 +55,31 @@ int run(const mt::config& cfg, std::size_t ranks, bool print_here, Launch&& laun
                               "' but rank 0 with '" + finals[0] + "'");
     }
   }
-  if (print_here) {
+  if (print_final) {
     if (!cfg.quiet && finals.size() > 1) {
       std::printf("all %zu ranks hold identical weights\n", finals.size());
     }
     std::printf("%s\n", finals[0].c_str());
+    std::fflush(stdout);
   }
   return 0;
 }
 
+#ifdef MINI_TRAINER_MPI
+/// One process per rank; every rank prints its own final line (they must be identical).
+int run_mpi(const mt::config& cfg) {
+  gradsync::transport::mpi t{MPI_COMM_WORLD};
+  if (cfg.ranks != 1 && cfg.ranks != t.size()) {
+    throw mt::usage_error("--ranks " + std::to_string(cfg.ranks) + " but mpirun started " +
+                          std::to_string(t.size()) + " processes (omit --ranks with mpi)");
+  }
+  mt::config c = cfg;
+  c.ranks = t.size();
+  return run(c, t.size(), true, [&](const mt::run_context& ctx) {
+    return std::vector<std::string>{mt::dispatch(t, ctx)};
+  });
+}
+#else
 int run_local(const mt::config& cfg) {
   return run(cfg, cfg.ranks, true, [&](const mt::run_context& ctx) {
     std::vector<std::string> finals(cfg.ranks);
@@ -64,29 +88,52 @@ int run_local(const mt::config& cfg) {
     return finals;
   });
 }
+#endif
+
+int dispatch_transport(const mt::config& cfg) {
+#ifdef MINI_TRAINER_MPI
+  if (cfg.transport == "mpi") return run_mpi(cfg);
+  const char* have = "mpi (local and shm are in the plain mini_trainer executable)";
+#else
+  if (cfg.transport == "local") return run_local(cfg);
+  if (cfg.transport == "shm") return run(cfg, cfg.ranks, true, mt::launch_shm);
+  const char* have = "local, shm (mpi is in mini_trainer_openmpi / mini_trainer_mpich)";
+#endif
+  throw mt::usage_error("--transport " + cfg.transport +
+                        " is not available in this executable; it has: " + have);
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   // One BLAS thread per rank: the ranks are the parallelism.
   openblas_set_num_threads(1);
+#ifdef MINI_TRAINER_MPI
+  // SERIALIZED is what --fusion bucket's progress thread needs; ask for more.
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  auto fail = [](int code) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    // One rank failing alone (a checkpoint write) must not leave the others waiting.
+    MPI_Abort(MPI_COMM_WORLD, code);
+    return code;
+  };
+#else
+  auto fail = [](int code) { return code; };
+#endif
+  int rc = 0;
   try {
-    const mt::config cfg = mt::parse_args(argc, argv);
-    if (cfg.transport == "local") return run_local(cfg);
-#ifdef MINI_TRAINER_MPI
-    if (cfg.transport == "mpi") return run_mpi(cfg, argc, argv);
-#endif
-    throw mt::usage_error("--transport " + cfg.transport +
-                          " is not available in this executable (this one has: local"
-#ifdef MINI_TRAINER_MPI
-                          ", mpi"
-#endif
-                          ")");
+    rc = dispatch_transport(mt::parse_args(argc, argv));
   } catch (const mt::usage_error& e) {
     std::fprintf(stderr, "mini_trainer: error: %s\n", e.what());
-    return 2;
+    return fail(2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mini_trainer: error: %s\n", e.what());
-    return 1;
+    return fail(1);
   }
+#ifdef MINI_TRAINER_MPI
+  MPI_Finalize();
+#endif
+  return rc;
 }
