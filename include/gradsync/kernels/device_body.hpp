@@ -10,6 +10,7 @@
 // body and the whole range runs scalar (still correct, just slower).
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -24,7 +25,12 @@ struct alignas(16) vec16 {
   std::uint32_t w[4];
 };
 
-/// Loads 16 bytes at p (16-byte aligned) into a[].
+GRADSYNC_HOST_DEVICE inline std::size_t misalign16(const void* p) {
+  return static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(p) & 15u);
+}
+
+/// Loads 16 bytes at p (16-byte aligned) into a[]. On the host (the CPU tests) an
+/// unaligned p fails an assert: it would fault on the GPU.
 template <class T, std::size_t W>
 GRADSYNC_HOST_DEVICE inline void load16(T (&a)[W], const T* p) {
   static_assert(W * sizeof(T) == 16, "load16 moves exactly 16 bytes");
@@ -32,6 +38,7 @@ GRADSYNC_HOST_DEVICE inline void load16(T (&a)[W], const T* p) {
   const vec16 v = *reinterpret_cast<const vec16*>(p);
   memcpy(a, &v, 16);
 #else
+  assert(misalign16(p) == 0 && "a 16-byte GPU load must be 16-byte aligned");
   std::memcpy(a, p, 16);
 #endif
 }
@@ -45,6 +52,7 @@ GRADSYNC_HOST_DEVICE inline void store16(T* p, const T (&a)[W]) {
   memcpy(&v, a, 16);
   *reinterpret_cast<vec16*>(p) = v;
 #else
+  assert(misalign16(p) == 0 && "a 16-byte GPU store must be 16-byte aligned");
   std::memcpy(p, a, 16);
 #endif
 }
@@ -55,10 +63,6 @@ struct split {
   std::size_t head;
   std::size_t vecs;
 };
-
-GRADSYNC_HOST_DEVICE inline std::size_t misalign16(const void* p) {
-  return static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(p) & 15u);
-}
 
 /// Split for operands of the same type T (all of `ptrs` must share the misalignment).
 template <class T, std::size_t W = 16 / sizeof(T)>

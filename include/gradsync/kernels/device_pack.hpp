@@ -6,6 +6,7 @@
 // per bucket plan and uploaded once; pack.cuh launches it.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -62,6 +63,9 @@ GRADSYNC_HOST_DEVICE inline void copy_unit(unsigned char* dst, const unsigned ch
 #if defined(__CUDA_ARCH__)
   reinterpret_cast<U*>(dst)[i] = reinterpret_cast<const U*>(src)[i];
 #else
+  assert(reinterpret_cast<std::uintptr_t>(dst + i * sizeof(U)) % alignof(U) == 0 &&
+         reinterpret_cast<std::uintptr_t>(src + i * sizeof(U)) % alignof(U) == 0 &&
+         "a GPU access of U bytes must be aligned to U");
   std::memcpy(dst + i * sizeof(U), src + i * sizeof(U), sizeof(U));
 #endif
 }
