@@ -27,6 +27,10 @@
 #if __has_include("gradsync/transport/shm.hpp")
 #include "gradsync/transport/shm.hpp"
 #define GRADSYNC_BENCH_HAVE_SHM 1
+#if __has_include("gradsync/transport/shm_mpi.hpp")
+#include "gradsync/transport/shm_mpi.hpp"
+#define GRADSYNC_BENCH_HAVE_SHM_MPI 1
+#endif
 #endif
 #endif
 
@@ -39,7 +43,7 @@
 #include "peer_gloo.hpp"
 #include "peer_stream.hpp"
 #ifdef GRADSYNC_BENCH_MPI
-#include "common/mpi_group.hpp"
+#include "../common/mpi_group.hpp"
 #include "peer_mpi.hpp"
 #endif
 
@@ -169,6 +173,9 @@ int run_processes(const gb::options& o) {
   for (const auto& tr : transports) {
     if (tr == "shm") {
 #ifdef GRADSYNC_BENCH_HAVE_SHM
+#ifdef GRADSYNC_BENCH_HAVE_SHM_MPI
+      gs::transport::shm t = gs::transport::shm_from_mpi(MPI_COMM_WORLD);
+#else
       // Bootstrapped from the communicator: rank 0 names the job, everyone joins it.
       const std::string job = g.broadcast("allreduce_perf-" + std::to_string(getpid()) + "-" +
                                           std::to_string(std::time(nullptr)));
@@ -177,6 +184,7 @@ int run_processes(const gb::options& o) {
       so.size = g.size();
       so.job = job;
       gs::transport::shm t(so);
+#endif
       tot += gb::run_gradsync_rows(t, g, o, csv, mpi_name);
 #else
       note("transport=shm: not in this build (gradsync/transport/shm.hpp is missing); skipped");

@@ -10,7 +10,7 @@
 #include <string>
 #include <type_traits>
 
-#include "common/mpi_group.hpp"
+#include "../common/mpi_group.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/kernels/host.hpp"

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "common/group.hpp"
+#include "../common/group.hpp"
 #include "gradsync/config.hpp"
-#include "common/report.hpp"
+#include "../common/report.hpp"
 #include "options.hpp"
 
 namespace gradsync::bench {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/group.hpp"
-#include "common/report.hpp"
+#include "../common/group.hpp"
+#include "../common/report.hpp"
 #include "gradsync/testing/exact_inputs.hpp"
 #include "options.hpp"
 
