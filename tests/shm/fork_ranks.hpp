@@ -76,6 +76,8 @@ class rank_env {
 struct fork_options {
   double time_limit = 120;  // seconds; children still running then are killed
   std::size_t max_records = 8192;
+  /// Adjusts the options each child builds from the environment (buffer sizes).
+  std::function<void(transport::shm_options&)> configure;
   /// Called in the parent once all children are forked, with their pids and a function
   /// returning rank i's progress counter (e.g. to kill one mid-collective).
   std::function<void(const std::vector<pid_t>&, const std::function<std::uint64_t(std::size_t)>&)>
@@ -119,7 +121,9 @@ std::vector<rank_outcome> fork_ranks(std::size_t n, const std::string& job, Body
       const auto t0 = std::chrono::steady_clock::now();
       int code = 0;
       try {
-        auto t = transport::shm::from_env();
+        auto o = transport::shm_options::from_env();
+        if (opt.configure) opt.configure(o);
+        transport::shm t(o);
         body(t, env);
       } catch (const gradsync::error& e) {
         s->error_code = static_cast<int>(e.code());

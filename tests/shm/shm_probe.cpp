@@ -3,7 +3,7 @@
 // float sum for each algorithm and size, plus a memcpy bandwidth probe run by all
 // ranks at once. Used to pick auto_select's shm thresholds.
 //
-//   build/tests/shm/shm_probe [ranks=2] [iters=50]
+//   build/tests/shm/shm_probe [ranks=2] [iters=50] [min_bytes=8] [max_bytes=64M] [exchange_bytes]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -50,20 +50,26 @@ double time_algo(gs::transport::shm& t, std::vector<float>& v, std::size_t count
 int main(int argc, char** argv) {
   const std::size_t n = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 2;
   const int iters = argc > 2 ? std::atoi(argv[2]) : 50;
-  const std::vector<std::size_t> bytes = {8,        64,       1 << 10,  4 << 10,
-                                          16 << 10, 32 << 10, 64 << 10, 256 << 10,
-                                          1 << 20,  4 << 20,  16 << 20, 64 << 20};
+  const std::size_t lo = argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 8;
+  const std::size_t hi = argc > 4 ? std::strtoul(argv[4], nullptr, 10) : 64 << 20;
+  const std::size_t exch = argc > 5 ? std::strtoul(argv[5], nullptr, 10) : 0;
+  std::vector<std::size_t> bytes;
+  for (std::size_t b : {8, 64, 1 << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20,
+                        4 << 20, 16 << 20, 64 << 20}) {
+    if (b >= lo && b <= hi) bytes.push_back(b);
+  }
+  if (bytes.empty()) return 2;
   const auto out = gs::testbed::fork_ranks(
       n, gs::testbed::unique_job("probe"),
       [&](gs::transport::shm& t, gs::testbed::rank_env& env) {
-        std::vector<float> v(bytes.back() / 4, 1.0f), w(v.size());
+        std::vector<float> v(std::size_t{64 << 20} / 4, 1.0f), w(v.size());
         // memcpy bandwidth: every rank copies 64 MiB at once (after a warm-up copy).
         std::vector<double> us;
         for (int i = 0; i < 6; ++i) {
           std::vector<float> one(1);
           gs::allreduce<gs::algo::direct_one_shot>(t, std::span<float>(one), gs::op::sum);
           const auto t0 = steady::now();
-          std::memcpy(w.data(), v.data(), bytes.back());
+          std::memcpy(w.data(), v.data(), 64 << 20);
           if (i)
             us.push_back(std::chrono::duration<double, std::micro>(steady::now() - t0).count());
         }
@@ -82,7 +88,13 @@ int main(int argc, char** argv) {
           rep("halving_doubling", time_algo<gs::algo::halving_doubling>(t, v, c, it));
         }
       },
-      {.time_limit = 600, .max_records = 256, .while_running = {}});
+      {.time_limit = 600,
+       .max_records = 256,
+       .configure =
+           [&](gs::transport::shm_options& o) {
+             if (exch) o.exchange_bytes = exch;
+           },
+       .while_running = {}});
   if (out[0].status != 0) {
     std::fprintf(stderr, "rank 0 failed: %s\n", out[0].what.c_str());
     return 1;

@@ -54,6 +54,7 @@ void kill_one(std::size_t victim) {
                               },
                               {.time_limit = 40,
                                .max_records = 16,
+                               .configure = {},
                                .while_running = [&](const auto& pids, const auto& progress) {
                                  const auto give_up = steady::now() + std::chrono::seconds(20);
                                  for (;;) {
@@ -113,7 +114,7 @@ TEST_CASE("shm: a rank that never calls makes its peer time out, naming peer and
         gs::allreduce<gs::algo::direct_one_shot>(t, std::span<double>(v), gs::op::sum, opt);
         gs::allreduce<gs::algo::direct_one_shot>(t, std::span<double>(v), gs::op::sum, opt);
       },
-      {.time_limit = 20, .max_records = 4, .while_running = {}});
+      {.time_limit = 20, .max_records = 4, .configure = {}, .while_running = {}});
   INFO("rank 0: " << out[0].what);
   INFO("rank 1: " << out[1].what);
   CHECK(out[0].error_code == static_cast<int>(gs::errc::timeout));
@@ -180,7 +181,7 @@ TEST_CASE("shm: mismatched counts or types raise mismatch on every rank, then wo
             "after",
             gs::testing::count_wrong(std::span<const std::int32_t>(v), gs::reduce_op::sum, n), 0);
       },
-      {.time_limit = 40, .max_records = 16, .while_running = {}});
+      {.time_limit = 40, .max_records = 16, .configure = {}, .while_running = {}});
   for (std::size_t r = 0; r < out.size(); ++r) {
     INFO("rank " << r << ": " << out[r].what);
     CHECK(out[r].status == 0);

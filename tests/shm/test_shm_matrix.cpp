@@ -161,13 +161,20 @@ void mixed_sequence(gs::transport::shm& t, rank_env& env) {
 
 void matrix_on(std::size_t n) {
   gs::testbed::watchdog wd(170, "shm correctness matrix on " + std::to_string(n) + " processes");
-  const auto out =
-      gs::testbed::fork_ranks(n, gs::testbed::unique_job("matrix"),
-                              [](gs::transport::shm& t, rank_env& env) {
-                                run_matrix(t, env, all_algos{});
-                                mixed_sequence(t, env);
-                              },
-                              {.time_limit = 160, .max_records = 8192, .while_running = {}});
+  const auto out = gs::testbed::fork_ranks(n, gs::testbed::unique_job("matrix"),
+                                           [](gs::transport::shm& t, rank_env& env) {
+                                             run_matrix(t, env, all_algos{});
+                                             mixed_sequence(t, env);
+                                           },
+                                           {.time_limit = 160,
+                                            .max_records = 8192,
+                                            .configure =
+                                                [n](gs::transport::shm_options& o) {
+                                                  // Odd rank counts: small staging buffers, so that
+                                                  // the large counts take many chunks.
+                                                  if (n % 2 == 1) o.exchange_bytes = 1 << 20;
+                                                },
+                                            .while_running = {}});
   check_outcomes(out);
 }
 

@@ -55,13 +55,13 @@ namespace gradsync::transport {
 
 /// How to build an shm transport. Every rank must pass the same sizes.
 struct shm_options {
-  std::size_t rank = 0;                  ///< this process's rank, 0 .. size-1
-  std::size_t size = 1;                  ///< processes in the group (all on this host)
-  std::string job;                       ///< id shared by the group's processes, unique per job
-  std::size_t slot_bytes = 32 << 10;     ///< inline payload per rank (one-shot without staging)
-  std::size_t ring_bytes = 512 << 10;    ///< byte ring per ordered pair (isend/irecv)
-  std::size_t exchange_bytes = 4 << 20;  ///< staging buffer per rank (two halves)
-  seconds_d bootstrap_timeout{-1.0};     ///< < 0: default_timeout() (GRADSYNC_TIMEOUT)
+  std::size_t rank = 0;                   ///< this process's rank, 0 .. size-1
+  std::size_t size = 1;                   ///< processes in the group (all on this host)
+  std::string job;                        ///< id shared by the group's processes, unique per job
+  std::size_t slot_bytes = 32 << 10;      ///< inline payload per rank (one-shot without staging)
+  std::size_t ring_bytes = 512 << 10;     ///< byte ring per ordered pair (isend/irecv)
+  std::size_t exchange_bytes = 16 << 20;  ///< staging buffer per rank (two halves)
+  seconds_d bootstrap_timeout{-1.0};      ///< < 0: default_timeout() (GRADSYNC_TIMEOUT)
 
   /// Reads GRADSYNC_SHM_RANK, GRADSYNC_SHM_SIZE and GRADSYNC_SHM_JOB (all required).
   static shm_options from_env() {
