@@ -113,7 +113,10 @@ class batch_runner {
       for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
         const auto& k = plan_.buckets[b];
         std::string ts;
-        for (std::size_t i : k.tensors) ts += " " + std::to_string(i);
+        for (std::size_t i : k.tensors) {
+          ts += ' ';
+          ts += std::to_string(i);  // (not " " + to_string: g++ 12 -O3 -Wrestrict false positive)
+        }
         log(log_level::debug, t_.rank(), "bucket %zu: %s, %zu bytes at offset %zu, tensors%s", b,
             std::string(dtype_name(k.type)).c_str(), k.bytes(), k.offset, ts.c_str());
       }

@@ -1,17 +1,18 @@
-// The thread-support check of the progress thread: a transport that depends on its
-// library's thread level (transport::mpi needs MPI_THREAD_SERIALIZED, because the
-// progress thread makes MPI calls while the caller's thread may make them at other
-// times) says so through a member `check_thread_level_serialized(what)` that throws a
-// gradsync::error with a fix-it message. Transports without one need nothing.
+// The thread-support check of the progress thread. A transport whose library has thread
+// levels says so with a static `require_thread_level()` that throws a gradsync::error
+// with a fix-it message when the level is too low: transport::mpi needs
+// MPI_THREAD_SERIALIZED (the progress thread makes the MPI calls while work is in
+// flight, the caller's thread at other times; never both at once). Probed with
+// `requires`, so this header never includes <mpi.h>.
 #pragma once
 
 namespace gradsync::detail {
 
-/// Throws when `t` cannot be used from the allreducer's progress thread.
+/// Throws when `Tr` cannot be used from the allreducer's progress thread.
 template <class Tr>
-void check_thread_level(Tr& t) {
-  if constexpr (requires { t.check_thread_level_serialized("gradsync::allreducer"); }) {
-    t.check_thread_level_serialized("gradsync::allreducer");
+void check_thread_level(Tr&) {
+  if constexpr (requires { Tr::require_thread_level(); }) {
+    Tr::require_thread_level();
   }
 }
 

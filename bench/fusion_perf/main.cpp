@@ -1,0 +1,228 @@
+// fusion_perf: what tensor fusion and overlap buy on real models' gradient lists.
+//
+//   fusion_perf [--ranks 2] [--reps 7] [--models small,resnet50,bert] [--bert-layers 12]
+//               [--ratios 1,2] [--no-overlap] [--timeline PREFIX]
+//   mpirun -n 2 fusion_perf_openmpi --transport shm,mpi ...
+//
+// Rows: median (and min) over reps of the slowest rank's step time; "vs" is the unfused
+// time divided by the row's time (model rows) or the step time divided by
+// max(compute, comm) (overlap rows; the target is <= 1.15). Every mode's result is
+// checked once against exactly representable inputs (#wrong). Exit status 1 if any
+// #wrong is non-zero.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gradsync/gradsync.hpp>
+
+#include "../common/group.hpp"
+#include "measure.hpp"
+#include "models.hpp"
+
+#if GRADSYNC_BENCH_MPI
+#include <mpi.h>
+
+#include <gradsync/transport/mpi.hpp>
+#include <gradsync/transport/shm_mpi.hpp>
+
+#include "../common/mpi_group.hpp"
+#endif
+
+namespace gs = gradsync;
+namespace gb = gradsync::bench;
+
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) {
+    if (!x.empty()) out.push_back(x);
+  }
+  return out;
+}
+
+gb::perf_options parse(int argc, char** argv) {
+  gb::perf_options o;
+#if GRADSYNC_BENCH_MPI
+  o.transports = {"shm", "mpi"};
+#else
+  o.transports = {"local"};
+#endif
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "fusion_perf: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--ranks") {
+      o.ranks = std::stoul(next());
+    } else if (a == "--reps") {
+      o.reps = std::stoi(next());
+    } else if (a == "--warmup") {
+      o.warmup = std::stoi(next());
+    } else if (a == "--models") {
+      o.models = split(next());
+    } else if (a == "--bert-layers") {
+      o.bert_layers = std::stoul(next());
+    } else if (a == "--ratios") {
+      o.compute_ratios.clear();
+      for (const auto& r : split(next())) o.compute_ratios.push_back(std::stod(r));
+    } else if (a == "--no-overlap") {
+      o.overlap = false;
+    } else if (a == "--transport") {
+      o.transports = split(next());
+    } else if (a == "--timeline") {
+      o.timeline = next();
+    } else {
+      std::fprintf(stderr, "fusion_perf: unknown option %s (see the comment in main.cpp)\n",
+                   a.c_str());
+      std::exit(2);
+    }
+  }
+  if (o.reps < 1) o.reps = 1;
+  return o;
+}
+
+gb::model model_named(const std::string& name, const gb::perf_options& o) {
+  if (name == "resnet50") return gb::resnet50();
+  if (name == "bert") return gb::bert_base(o.bert_layers);
+  if (name == "small") return gb::small_tensors(1000);
+  std::fprintf(stderr, "fusion_perf: unknown model %s (small, resnet50, bert)\n", name.c_str());
+  std::exit(2);
+}
+
+template <class Tr>
+void run_transport(Tr& t, gb::group& g, const gb::perf_options& o, const std::string& name,
+                   std::vector<gb::row>& rows) {
+  gb::fusion_bench<Tr> b(t, g, o, name);
+  for (const auto& m : o.models) b.run_model(model_named(m, o), rows);
+  if (o.overlap) {
+    const auto m = gb::resnet50();
+    for (bool busy : {true, false}) {
+      for (double r : o.compute_ratios) b.run_overlap(m, r, busy, rows);
+    }
+  }
+}
+
+int report(const std::vector<gb::row>& rows, const gb::perf_options& o, std::size_t ranks) {
+  const std::time_t now = std::time(nullptr);
+  char when[64];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  std::printf(
+      "# fusion_perf: %zu ranks, algo::auto_select, op avg, float32, median of %d (after %d "
+      "warm-up) of the slowest rank, %s\n",
+      ranks, o.reps, o.warmup, when);
+  std::printf("# %-9s %-12s %-22s %7s %7s %9s %10s %10s %8s %9s %6s\n", "transport", "model",
+              "mode", "tensors", "buckets", "MiB", "median_ms", "min_ms", "algbw", "vs", "#wrong");
+  int bad = 0;
+  for (const auto& r : rows) {
+    const double algbw = r.median_s > 0 ? static_cast<double>(r.bytes) / r.median_s / 1e9 : 0;
+    std::printf("  %-9s %-12s %-22s %7zu %7zu %9.1f %10.3f %10.3f %8.2f %9.2f %6zu\n",
+                r.transport.c_str(), r.model.c_str(), r.mode.c_str(), r.tensors, r.buckets,
+                static_cast<double>(r.bytes) / (1 << 20), r.median_s * 1e3, r.min_s * 1e3, algbw,
+                r.vs, r.wrong);
+    bad += r.wrong != 0;
+  }
+  // Targets.
+  auto find = [&](const std::string& tr, const std::string& model, const std::string& mode) {
+    for (const auto& r : rows) {
+      if (r.transport == tr && r.model == model && r.mode == mode) return &r;
+    }
+    return static_cast<const gb::row*>(nullptr);
+  };
+  for (const auto& tr : o.transports) {
+    const auto* unf = find(tr, "1000x4KiB", "unfused");
+    if (unf) {
+      double best = 0;
+      std::string which;
+      for (const auto& r : rows) {
+        if (r.transport == tr && r.model == "1000x4KiB" && r.mode != "unfused" && r.vs > best) {
+          best = r.vs;
+          which = r.mode;
+        }
+      }
+      std::printf("TARGET %-6s 1000x4KiB fused >= 10x unfused: %.1fx (%s)  %s\n", tr.c_str(), best,
+                  which.c_str(), best >= 10 ? "PASS" : "FAIL");
+    }
+    for (const auto& r : rows) {
+      if (r.transport == tr && r.mode.rfind("overlap ", 0) == 0) {
+        std::printf("TARGET %-6s %s %s step <= 1.15 x max(compute, comm): %.2f  %s\n", tr.c_str(),
+                    r.model.c_str(), r.mode.c_str(), r.vs, r.vs <= 1.15 ? "PASS" : "FAIL");
+      }
+    }
+    for (const auto& m : o.models) {
+      const std::string mn = model_named(m, o).name;
+      const auto* zc = find(tr, mn, "zero-copy 25MiB");
+      const auto* pk = find(tr, mn, "bucket 25MiB");
+      if (zc && pk) {
+        std::printf(
+            "TARGET %-6s %s zero-copy 25MiB (pack %.3f ms) >= packed 25MiB (pack %.3f ms): "
+            "%.2fx  %s\n",
+            tr.c_str(), mn.c_str(), zc->pack_s * 1e3, pk->pack_s * 1e3, pk->median_s / zc->median_s,
+            zc->pack_s == 0 && zc->median_s <= pk->median_s ? "PASS" : "FAIL");
+      }
+    }
+  }
+  std::fflush(stdout);
+  return bad ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const gb::perf_options o = parse(argc, argv);
+  std::vector<gb::row> rows;
+  int rc = 0;
+#if GRADSYNC_BENCH_MPI
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  {
+    gb::mpi_group g(MPI_COMM_WORLD);
+    try {
+      for (const auto& name : o.transports) {
+        if (name == "shm") {
+          auto t = gs::transport::shm_from_mpi(MPI_COMM_WORLD);
+          run_transport(t, g, o, name, rows);
+        } else if (name == "mpi") {
+          gs::transport::mpi t(MPI_COMM_WORLD);
+          run_transport(t, g, o, name, rows);
+        } else {
+          if (g.rank() == 0)
+            std::fprintf(stderr, "fusion_perf: transport %s not in this build\n", name.c_str());
+        }
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fusion_perf rank %zu: %s\n", g.rank(), e.what());
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    if (g.rank() == 0) rc = report(rows, o, g.size());
+  }
+  MPI_Finalize();
+#else
+  for (const auto& name : o.transports) {
+    if (name != "local") {
+      std::fprintf(stderr,
+                   "fusion_perf: this build has only the local transport (use "
+                   "fusion_perf_openmpi/_mpich under mpirun for shm and mpi)\n");
+      return 2;
+    }
+  }
+  auto state = gb::thread_group::make_state(o.ranks);
+  std::vector<std::vector<gb::row> > per_rank(o.ranks);
+  gs::transport::run_local(o.ranks, [&](gs::transport::local& t) {
+    gb::thread_group g(state, t.rank());
+    run_transport(t, g, o, "local", per_rank[t.rank()]);
+  });
+  rc = report(per_rank[0], o, o.ranks);
+#endif
+  return rc;
+}
