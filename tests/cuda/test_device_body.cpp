@@ -22,6 +22,7 @@
 #include <gradsync/core/dtype.hpp>
 #include <gradsync/core/op.hpp>
 #include <gradsync/kernels/device_body.hpp>
+#include <gradsync/kernels/device_ipc_body.hpp>
 #include <gradsync/kernels/device_pack.hpp>
 #include <gradsync/kernels/host.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
@@ -315,4 +316,58 @@ TEST_CASE("batched pack then unpack moves every byte, any size and alignment") {
     bad += std::memcmp(back_slots[i].ptr, slots[i].ptr, slots[i].bytes) != 0;
   }
   CHECK(bad == 0);
+}
+
+TEST_CASE("cuda_ipc one-shot and two-shot phases: exact and bitwise identical on every rank") {
+  // Each rank's staging buffer and output; the phases run rank after rank, in the order
+  // the kernels' barriers impose (all reduce phases, then all gather phases).
+  for (std::size_t n = 2; n <= body::max_sources; ++n) {
+    for (std::size_t count : {std::size_t{5}, std::size_t{1000}, std::size_t{4099}}) {
+      std::vector<padded<float>> staging, out;
+      std::vector<float*> data(n);
+      for (std::size_t r = 0; r < n; ++r) {
+        staging.emplace_back(count);
+        out.emplace_back(count);
+      }
+      for (std::size_t r = 0; r < n; ++r) {
+        data[r] = staging[r].at(0);
+        gs::testing::fill_inputs(std::span<float>(data[r], count), gs::reduce_op::avg, r, n);
+      }
+      std::vector<std::vector<float>> one(n);
+      for (std::size_t r = 0; r < n; ++r) {
+        run_threads(50, [&](std::size_t t, std::size_t nt) {
+          body::one_shot_phase<float, gs::op::avg_t>(data.data(), n, out[r].at(0), count, t, nt);
+        });
+        one[r].assign(out[r].at(0), out[r].at(0) + count);
+      }
+      for (std::size_t r = 0; r < n; ++r) {
+        run_threads(50, [&](std::size_t t, std::size_t nt) {
+          body::two_shot_reduce_phase<float, gs::op::avg_t>(data.data(), n, r, count, t, nt);
+        });
+      }
+      for (std::size_t r = 0; r < n; ++r) {
+        run_threads(50, [&](std::size_t t, std::size_t nt) {
+          body::two_shot_gather_phase<float>(data.data(), n, out[r].at(0), count, t, nt);
+        });
+      }
+      INFO("ranks " << n << " count " << count);
+      for (std::size_t r = 0; r < n; ++r) {
+        const std::vector<float> two(out[r].at(0), out[r].at(0) + count);
+        CHECK(gs::testing::count_wrong(std::span<const float>(two), gs::reduce_op::avg, n) == 0);
+        CHECK(gs::testing::count_wrong(std::span<const float>(one[r]), gs::reduce_op::avg, n) == 0);
+        CHECK(same_bits(two, one[0]));
+      }
+    }
+  }
+  // Slices tile [0, count) with 16-byte-aligned starts.
+  for (std::size_t count : {std::size_t{0}, std::size_t{3}, std::size_t{1000003}}) {
+    std::size_t next = 0;
+    for (std::size_t k = 0; k < 7; ++k) {
+      const body::slice s = body::slice_of<gs::half>(count, 7, k);
+      CHECK(s.offset == next);
+      CHECK((s.offset % 8 == 0 || s.count == 0));
+      next = s.offset + s.count;
+    }
+    CHECK(next == count);
+  }
 }

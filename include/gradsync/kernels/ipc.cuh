@@ -33,7 +33,7 @@
 #include <cstdint>
 
 #include "gradsync/kernels/device_body.hpp"
-#include "gradsync/kernels/device_pack.hpp"
+#include "gradsync/kernels/device_ipc_body.hpp"
 #include "gradsync/kernels/functors.hpp"
 
 namespace gradsync::kernels::ipc {
@@ -43,19 +43,6 @@ inline constexpr std::size_t max_ranks = body::max_sources;
 inline constexpr std::size_t max_blocks = 1024;
 /// Bytes of one rank's flag array: flags[src][block].
 inline constexpr std::size_t flag_bytes = max_ranks * max_blocks * sizeof(unsigned);
-
-/// Two-shot slice k of `count`: a multiple of 16 bytes long (the last takes the rest), so
-/// every slice starts 16-byte aligned and the reduce and the copies use 16-byte accesses.
-struct slice {
-  std::size_t offset, count;
-};
-template <class T>
-GRADSYNC_HOST_DEVICE inline slice slice_of(std::size_t count, std::size_t n, std::size_t k) {
-  constexpr std::size_t w = 16 / sizeof(T);
-  const std::size_t per = (count + n * w - 1) / (n * w) * w;
-  const std::size_t off = k * per < count ? k * per : count;
-  return {off, count - off < per ? count - off : per};
-}
 
 /// Everything one launch needs, passed by value.
 template <class T>
@@ -109,12 +96,9 @@ __device__ bool barrier(const args<T>& a, unsigned epoch) {
 template <class T, class Op>
 __global__ void __launch_bounds__(256, 4) one_shot_kernel(args<T> a) {
   if (!barrier(a, a.epoch)) return;
-  body::sources<T> in{};
-  in.count = a.nranks;
-  for (unsigned k = 0; k < max_ranks; ++k) in.p[k] = k < a.nranks ? a.data[k] : nullptr;
   const std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  body::reduce_sources<T, Op>(a.out, in, a.count, t,
-                              static_cast<std::size_t>(gridDim.x) * blockDim.x);
+  const std::size_t nt = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  body::one_shot_phase<T, Op>(a.data, a.nranks, a.out, a.count, t, nt);
 }
 
 /// Two-shot: rank r reduces slice r from everyone into its own staging buffer, a
@@ -124,18 +108,9 @@ __global__ void __launch_bounds__(256, 4) two_shot_kernel(args<T> a) {
   if (!barrier(a, a.epoch)) return;
   const std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t nt = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  const slice mine = slice_of<T>(a.count, a.nranks, a.rank);
-  body::sources<T> in{};
-  in.count = a.nranks;
-  for (unsigned k = 0; k < max_ranks; ++k)
-    in.p[k] = k < a.nranks ? a.data[k] + mine.offset : nullptr;
-  body::reduce_sources<T, Op>(a.data[a.rank] + mine.offset, in, mine.count, t, nt);
+  body::two_shot_reduce_phase<T, Op>(a.data, a.nranks, a.rank, a.count, t, nt);
   if (!barrier(a, a.epoch + 1)) return;
-  for (unsigned k = 0; k < a.nranks; ++k) {
-    const slice s = slice_of<T>(a.count, a.nranks, k);
-    const copy_piece p{a.data[k] + s.offset, a.out + s.offset, s.count * sizeof(T)};
-    body::copy_piece_part(p, t, nt);
-  }
+  body::two_shot_gather_phase<T>(a.data, a.nranks, a.out, a.count, t, nt);
 }
 
 }  // namespace gradsync::kernels::ipc
