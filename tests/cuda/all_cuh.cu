@@ -3,7 +3,9 @@
 #include <gradsync/kernels/ipc.cuh>
 #include <gradsync/kernels/pack.cuh>
 #include <gradsync/transport/cuda_ipc.hpp>
+#if defined(GRADSYNC_HAVE_NCCL)
 #include <gradsync/transport/nccl_ring.hpp>
+#endif
 
 namespace gs = gradsync;
 
