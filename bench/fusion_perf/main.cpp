@@ -1,6 +1,7 @@
 // fusion_perf: what tensor fusion and overlap buy on real models' gradient lists.
 //
-//   fusion_perf [--ranks 2] [--reps 7] [--models small,resnet50,bert] [--bert-layers 12]
+//   fusion_perf [--ranks 2] [--reps 7] [--reps-small 21] [--models small,resnet50,bert]
+//               [--bert-layers 12]
 //               [--ratios 1,2] [--no-overlap] [--timeline PREFIX]
 //   mpirun -n 2 fusion_perf_openmpi --transport shm,mpi ...
 //
@@ -9,6 +10,7 @@
 // max(compute, comm) (overlap rows; the target is <= 1.15). Every mode's result is
 // checked once against exactly representable inputs (#wrong). Exit status 1 if any
 // #wrong is non-zero.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +69,8 @@ gb::perf_options parse(int argc, char** argv) {
       o.ranks = std::stoul(next());
     } else if (a == "--reps") {
       o.reps = std::stoi(next());
+    } else if (a == "--reps-small") {
+      o.reps_small = std::stoi(next());
     } else if (a == "--warmup") {
       o.warmup = std::stoi(next());
     } else if (a == "--models") {
@@ -118,9 +122,9 @@ int report(const std::vector<gb::row>& rows, const gb::perf_options& o, std::siz
   char when[64];
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   std::printf(
-      "# fusion_perf: %zu ranks, algo::auto_select, op avg, float32, median of %d (after %d "
-      "warm-up) of the slowest rank, %s\n",
-      ranks, o.reps, o.warmup, when);
+      "# fusion_perf: %zu ranks, algo::auto_select, op avg, float32, median of %d (%d for models "
+      "< 64 MiB; after %d warm-up) of the slowest rank, %s\n",
+      ranks, o.reps, std::max(o.reps, o.reps_small), o.warmup, when);
   std::printf("# %-9s %-12s %-22s %7s %7s %9s %10s %10s %8s %9s %6s\n", "transport", "model",
               "mode", "tensors", "buckets", "MiB", "median_ms", "min_ms", "algbw", "vs", "#wrong");
   int bad = 0;

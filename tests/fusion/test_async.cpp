@@ -239,3 +239,28 @@ TEST_CASE("the next step cannot start while the previous one is in flight") {
   CHECK(err.find("still in flight") != std::string::npos);
   CHECK(wrong == std::vector<std::size_t>{0, 0});
 }
+
+namespace {
+// A transport whose library lacks the thread support the progress thread needs (as
+// transport::mpi does under MPI_THREAD_FUNNELED).
+struct picky_local : gs::transport::local {
+  using local::local;
+  static void require_thread_level() {
+    throw gs::error(gs::errc::invalid_argument, {}, "provides MPI_THREAD_FUNNELED (test double)");
+  }
+};
+static_assert(gs::transport_policy<picky_local>);
+}  // namespace
+
+TEST_CASE("the thread level is checked at construction; background_thread = false needs none") {
+  gs::testbed::watchdog wd(30, "thread level");
+  picky_local t(std::make_shared<gs::transport::detail::local_group>(1), 0);
+  using ar_t = gs::allreducer<picky_local, gs::algo::ring, gs::fusion::bucket<4096>>;
+  CHECK_THROWS_WITH_AS(ar_t{t}, doctest::Contains("MPI_THREAD_FUNNELED"), gs::error);
+  gs::allreducer_options o;
+  o.background_thread = false;
+  ar_t ar(t, o);
+  std::vector<float> v(10, 2.0f);
+  ar.allreduce_async(std::span<float>(v), gs::op::sum).wait();
+  CHECK(v[9] == 2.0f);
+}
