@@ -6,9 +6,12 @@
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 
+#include "watchdog.hpp"
+
 namespace gs = gradsync;
 
 TEST_CASE("ring sum on 3 local ranks is exact") {
+  gradsync::testbed::watchdog wd(60, "ring sum on 3 local ranks");
   std::vector<std::size_t> wrong(3, 99);
   gs::transport::run_local(3, [&](gs::transport::local& t) {
     std::vector<float> v(1001);
