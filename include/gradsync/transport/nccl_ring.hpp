@@ -3,12 +3,14 @@
 // to the right, receive one chunk from the left} in one group, so the group of rank r
 // and the group of rank r+1 complete together (no cycle of unmatched sends, see
 // nccl.hpp). The received chunk lands in device scratch and is reduced into place by a
-// kernel on the same stream (the last reduce-scatter step fuses the avg division);
+// kernel on the same stream (the owner divides its chunk once for avg);
 // the allgather receives straight into place. Each element is reduced once, by its
 // owner, then copied: bitwise-identical results on every rank. Nothing waits on the host.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 #include "gradsync/algorithm/concept.hpp"
@@ -16,24 +18,32 @@
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/transport/nccl.hpp"
 
-#if defined(__CUDACC__)
-#include "gradsync/kernels/elementwise.cuh"
-#endif
-
 namespace gradsync::algo {
+
+/// What nccl_ring needs from a transport: point-to-point whose every {send, recv} pair
+/// is one matched group, an executor, and persistent scratch where the data lives.
+template <class Tr>
+concept ring_device_transport = requires(Tr& t, const void* cp, void* p, std::size_t n,
+                                         deadline d) {
+  { t.isend(n, cp, n, std::uint32_t{}) } -> std::same_as<typename Tr::request>;
+  { t.irecv(n, p, n, std::uint32_t{}) } -> std::same_as<typename Tr::request>;
+  { t.device_scratch(n) } -> std::same_as<void*>;
+  t.executor();
+};
 
 struct nccl_ring {
   static constexpr std::string_view name = "nccl_ring";
   static constexpr bool needs_peer_access = false;
   static constexpr bool needs_native = false;
 
-  template <class T, class Op>
-  static void run_device(transport::nccl& t, device_span<T> data, Op op, const call_context& ctx) {
-#if defined(__CUDACC__)
+  /// Tr: transport::nccl (or any ring_device_transport: the CPU test runs it over
+  /// transport::local with host scratch and the host executor).
+  template <ring_device_transport Tr, class T, class Op>
+  static void run_device(Tr& t, device_span<T> data, Op op, const call_context& ctx) {
     const std::size_t n = t.size(), r = t.rank(), count = data.size();
-    cudaStream_t s = t.stream();
+    auto ex = t.executor();
     if (n == 1 || count == 0) {
-      t.executor().finalize(data.data(), count, n, op);
+      ex.finalize(data.data(), count, n, op);
       return;
     }
     const std::size_t right = (r + 1) % n, left = (r + n - 1) % n;
@@ -45,10 +55,10 @@ struct nccl_ring {
       const detail::range sc = chunk(r + n - k), rc = chunk(r + 2 * n - k - 1);
       auto sq = t.isend(right, base + sc.offset, sc.count * sizeof(T), ctx.tag);
       auto rq = t.irecv(left, buf, rc.count * sizeof(T), ctx.tag);
-      t.wait(sq, ctx.until);  // one group: {send, recv}
+      t.wait(sq, ctx.until);  // nccl: one group {send, recv}
       t.wait(rq, ctx.until);
-      const bool last = k + 2 == n;  // rc is then the chunk this rank owns
-      kernels::device::reduce_into(base + rc.offset, buf, rc.count, op, s, last ? n : 0);
+      ex.reduce_into(base + rc.offset, buf, rc.count, op);
+      if (k + 2 == n) ex.finalize(base + rc.offset, rc.count, n, op);  // rc: the owned chunk
     }
     // Allgather: step k forwards chunk r+1-k, receives chunk r-k in place.
     for (std::size_t k = 0; k + 1 < n; ++k) {
@@ -58,12 +68,6 @@ struct nccl_ring {
       t.wait(sq, ctx.until);
       t.wait(rq, ctx.until);
     }
-#else
-    (void)t, (void)data, (void)op, (void)ctx;
-    static_assert(sizeof(T) == 0,
-                  "gradsync: algo::nccl_ring reduces with CUDA kernels; compile this "
-                  "translation unit with nvcc (a .cu file), or use algo::native from host code");
-#endif
   }
 };
 
