@@ -30,8 +30,9 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   const std::uint64_t seq = t.next_seq();
   const call_context ctx{opt.make_deadline(), seq, data_tag(seq)};
   // Algorithms that compare call headers in their own first exchange (algo::direct_*)
-  // declare `checks_headers = true` and skip this separate round trip.
-  constexpr bool self_checked = requires { requires A::checks_headers; };
+  // declare `checks_headers = true` (or `checks_headers_on<Tr>`) and skip this round trip.
+  constexpr bool self_checked = requires { requires A::checks_headers; } ||
+                                requires { requires A::template checks_headers_on<Tr>; };
   if (!self_checked && opt.check && t.size() > 1) {
     std::vector<call_header> table;
     agree(t, call_header::make(seq, data.size(), dtype_of<T>::value, Op::id, A::name), ctx.until,

@@ -84,6 +84,11 @@ struct auto_select {
   static constexpr std::string_view name = "auto";
   static constexpr bool needs_peer_access = false;
   static constexpr bool needs_native = false;
+  /// On shm every choice is a direct algorithm, which compares the call headers itself,
+  /// so allreduce() skips its agree() round trip there.
+  template <class Tr>
+  static constexpr bool checks_headers_on =
+      peer_memory_transport<Tr> && Tr::memory == memory_space::host;
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {

@@ -14,7 +14,7 @@ using clock = std::chrono::steady_clock;
 using seconds_d = std::chrono::duration<double>;
 
 /// Reads GRADSYNC_TIMEOUT (seconds, > 0); falls back to 300 s.
-inline seconds_d default_timeout() {
+inline seconds_d read_timeout_env() {
   if (const char* s = std::getenv("GRADSYNC_TIMEOUT"); s && *s) {
     char* end = nullptr;
     const double v = std::strtod(s, &end);
@@ -24,6 +24,13 @@ inline seconds_d default_timeout() {
                     "'");
   }
   return seconds_d{300.0};
+}
+
+/// GRADSYNC_TIMEOUT, read once per process: getenv costs ~100 ns, which is a third of an
+/// 8-byte allreduce over shm (a bad value still throws on every call).
+inline seconds_d default_timeout() {
+  static const seconds_d cached = read_timeout_env();
+  return cached;
 }
 
 /// A point in time after which a wait gives up with errc::timeout.

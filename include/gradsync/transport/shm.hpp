@@ -141,8 +141,9 @@ class shm_state {
   error_site site(std::size_t peer) const { return {rank_, peer, seq_ - 1}; }
 
   void wake_all() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // one fence for all peers
     for (std::size_t j = 0; j < size_; ++j) {
-      if (j != rank_) wake_rank(seg_.ctl(j));
+      if (j != rank_) wake_if_sleeping(seg_.ctl(j));
     }
   }
 

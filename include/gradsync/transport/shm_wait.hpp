@@ -75,12 +75,15 @@ struct spin_budget {
 /// Wakes rank `r` if it sleeps (or is about to). The caller has already published the
 /// change `r` waits for; the seq_cst fence orders that store before reading `sleeping`
 /// (the sleeper does the mirror image: store `sleeping`, fence, re-check its condition).
-inline void wake_rank(rank_ctl& c) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+inline void wake_if_sleeping(rank_ctl& c) {  // the caller has issued the fence
   if (shared_word(c.sleeping).load(std::memory_order_relaxed) != 0) {
     shared_word(c.bell).fetch_add(1, std::memory_order_seq_cst);
     futex_wake_all(&c.bell);
   }
+}
+inline void wake_rank(rank_ctl& c) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  wake_if_sleeping(c);
 }
 
 /// Waits on this rank's own bell. `progress()` returns true when the awaited condition
