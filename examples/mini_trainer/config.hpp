@@ -22,7 +22,7 @@ struct config {
   std::string transport = "local";  // local | shm | mpi
   std::string algo = "ring";        // ring | tree | halving_doubling | direct | auto
   std::string fusion = "none";      // none | bucket
-  double bucket_mb = 1.0;           // bucket size for --fusion bucket (0.25, 1, 4, 25)
+  double bucket_mb = 1.0;           // bucket size for --fusion bucket (0.25, 1, 25)
   std::size_t ranks = 1;            // in-process ranks (local, shm)
   std::size_t epochs = 2;
   std::size_t batch = 128;  // global batch, split across ranks
@@ -178,8 +178,8 @@ inline config parse_args(int argc, char** argv) {
     throw usage_error("--checkpoint-every needs --checkpoint DIR");
   }
   if (c.exact_grads) {
-    // Exactness argument (model.hpp): per-sample products are multiples of 2^-14 below
-    // 2 in magnitude, so a batch of <= 512 sums within float's 24-bit significand, and
+    // Exactness argument (model.hpp): per-sample products are multiples of 2^-13 below
+    // 4 in magnitude, so a batch of <= 512 sums within float's 24-bit significand, and
     // the power-of-two scales n/B and 1/n are exact.
     if (!detail::is_pow2(c.batch) || c.batch > 512) {
       throw usage_error("--exact-grads needs a power-of-two --batch <= 512, got " +

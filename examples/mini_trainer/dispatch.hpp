@@ -55,7 +55,6 @@ void add_algorithm(std::vector<dispatch_entry<Tr>>& t, std::string_view name) {
     t.push_back({name, "none", 0, &make_per_tensor<Tr, A>});
     t.push_back({name, "bucket", 0.25, &make_bucket<Tr, A, (256u << 10)>});
     t.push_back({name, "bucket", 1, &make_bucket<Tr, A, (1u << 20)>});
-    t.push_back({name, "bucket", 4, &make_bucket<Tr, A, (4u << 20)>});
     t.push_back({name, "bucket", 25, &make_bucket<Tr, A, (25u << 20)>});
   }
 }

@@ -17,16 +17,12 @@
 #include "checkpoint.hpp"
 #include "config.hpp"
 #include "data.hpp"
-#include "dispatch.hpp"
+#include "launch.hpp"
 #include "model.hpp"
 #include "train.hpp"
 
 #ifdef MINI_TRAINER_MPI
 #include <mpi.h>
-
-#include <gradsync/transport/mpi.hpp>
-#else
-#include "launch_shm.hpp"
 #endif
 
 namespace mt = mini_trainer;
@@ -76,16 +72,7 @@ int run_mpi(const mt::config& cfg) {
   mt::config c = cfg;
   c.ranks = t.size();
   return run(c, t.size(), true, [&](const mt::run_context& ctx) {
-    return std::vector<std::string>{mt::dispatch(t, ctx)};
-  });
-}
-#else
-int run_local(const mt::config& cfg) {
-  return run(cfg, cfg.ranks, true, [&](const mt::run_context& ctx) {
-    std::vector<std::string> finals(cfg.ranks);
-    gradsync::transport::run_local(
-        cfg.ranks, [&](gradsync::transport::local& t) { finals[t.rank()] = mt::dispatch(t, ctx); });
-    return finals;
+    return std::vector<std::string>{mt::train_mpi(t, ctx)};
   });
 }
 #endif
@@ -95,7 +82,7 @@ int dispatch_transport(const mt::config& cfg) {
   if (cfg.transport == "mpi") return run_mpi(cfg);
   const char* have = "mpi (local and shm are in the plain mini_trainer executable)";
 #else
-  if (cfg.transport == "local") return run_local(cfg);
+  if (cfg.transport == "local") return run(cfg, cfg.ranks, true, mt::launch_local);
   if (cfg.transport == "shm") return run(cfg, cfg.ranks, true, mt::launch_shm);
   const char* have = "local, shm (mpi is in mini_trainer_openmpi / mini_trainer_mpich)";
 #endif

@@ -6,9 +6,11 @@
 //
 // Exact mode (--exact-grads, for tests): activations and back-propagated deltas are
 // rounded to a grid of 2^-6 (activations clamped to [0, 2), deltas to [-2, 2]) and the
-// inputs are bytes/256 (multiples of 2^-8). Every per-sample product in a weight gradient
-// is then a multiple of 2^-14 below 2 in magnitude, so a sum over <= 512 samples fits in
-// float's 24-bit significand: the sum is exact in ANY order and grouping -- one rank's
+// inputs are (byte - 64)/128 (multiples of 2^-7 in [-0.5, 1.5)). Every per-sample
+// product in a weight gradient is then a multiple of 2^-13 (layer 1: delta x input, below
+// 3) or 2^-12 (deeper layers: delta x activation, below 4), so a sum over <= 512 samples
+// stays below 2^24 units of its grid: it fits in float's 24-bit significand and is exact
+// in ANY order and grouping (bias gradients likewise) -- one rank's
 // GEMM over 256 samples and four ranks' GEMMs over 64 samples each, summed by the ring,
 // produce the same bits. The per-sample forward/backward is done one sample at a time
 // (sgemv), so its rounding cannot depend on how many samples share a GEMM.

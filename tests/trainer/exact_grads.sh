@@ -7,10 +7,12 @@ common=(--epochs 2 --limit 2048 --batch 256 --exact-grads --print-grad-hash --qu
 run ref --ranks 1 "${common[@]}"
 expect_ok ref
 [ "$(grep -c '^grad step=' "$TMP/ref.out")" -eq 16 ] || fail "expected 16 gradient hashes"
-for variant in "2 ring none" "4 ring none" "4 tree none" "2 halving_doubling bucket" "4 ring bucket" "4 auto bucket"; do
+for variant in "local 2 ring none" "local 4 ring none" "local 4 tree none" \
+  "local 2 halving_doubling bucket" "local 4 ring bucket" "local 4 auto bucket" \
+  "shm 2 direct none" "shm 4 direct_one_shot bucket" "shm 4 ring none"; do
   set -- $variant
-  name="r$1_$2_$3"
-  run "$name" --ranks "$1" --algo "$2" --fusion "$3" --bucket-mb 0.25 "${common[@]}"
+  name="$1_r$2_$3_$4"
+  run "$name" --transport "$1" --ranks "$2" --algo "$3" --fusion "$4" --bucket-mb 0.25 "${common[@]}"
   expect_ok "$name"
   cmp -s "$TMP/ref.out" "$TMP/$name.out" || { diff "$TMP/ref.out" "$TMP/$name.out" | head; fail "$variant differs from 1 rank"; }
 done

@@ -3,8 +3,6 @@
 // copy-on-write); the parent is rank 0. Each child sends its final line -- or its
 // error -- back through a pipe; the parent reaps every child, so no process outlives
 // the run, and reports the first real failure (not the peer_lost it causes elsewhere).
-#pragma once
-
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,13 +18,14 @@
 
 #include "config.hpp"
 #include "dispatch.hpp"
+#include "launch.hpp"
 #include "train.hpp"
 
 namespace mini_trainer {
 
-namespace detail {
+namespace {
 
-inline void write_all(int fd, const std::string& s) {
+void write_all(int fd, const std::string& s) {
   std::size_t done = 0;
   while (done < s.size()) {
     const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
@@ -36,7 +35,7 @@ inline void write_all(int fd, const std::string& s) {
   }
 }
 
-inline std::string read_all(int fd) {
+std::string read_all(int fd) {
   std::string s;
   char buf[4096];
   for (;;) {
@@ -49,7 +48,7 @@ inline std::string read_all(int fd) {
 }
 
 /// One rank's whole run over shm; "final ..." or "error <what>".
-inline std::string shm_rank(const run_context& ctx, std::size_t rank, const std::string& job) {
+std::string shm_rank(const run_context& ctx, std::size_t rank, const std::string& job) {
   try {
     gradsync::transport::shm t(rank, ctx.cfg.ranks, job);
     return dispatch(t, ctx);
@@ -60,14 +59,13 @@ inline std::string shm_rank(const run_context& ctx, std::size_t rank, const std:
   }
 }
 
-inline bool is_failure(const std::string& out) {
+bool is_failure(const std::string& out) {
   return out.rfind("error ", 0) == 0 || out.rfind("usage ", 0) == 0;
 }
 
-}  // namespace detail
+}  // namespace
 
-/// Runs cfg.ranks shm ranks as processes; returns every rank's final line.
-inline std::vector<std::string> launch_shm(const run_context& ctx) {
+std::vector<std::string> launch_shm(const run_context& ctx) {
   const std::size_t n = ctx.cfg.ranks;
   const std::string job = "mini_trainer-" + std::to_string(::getpid());
   std::fflush(stdout);
@@ -82,8 +80,8 @@ inline std::vector<std::string> launch_shm(const run_context& ctx) {
     if (pid == 0) {
       ::close(p[0]);
       for (std::size_t q = 1; q < r; ++q) ::close(fds[q]);
-      const std::string out = detail::shm_rank(ctx, r, job);
-      detail::write_all(p[1], out);
+      const std::string out = shm_rank(ctx, r, job);
+      write_all(p[1], out);
       std::fflush(stdout);
       ::_exit(out.rfind("final ", 0) == 0 ? 0 : 1);
     }
@@ -92,7 +90,7 @@ inline std::vector<std::string> launch_shm(const run_context& ctx) {
     fds[r] = p[0];
   }
   std::vector<std::string> finals(n);
-  finals[0] = detail::shm_rank(ctx, 0, job);
+  finals[0] = shm_rank(ctx, 0, job);
   std::string first_error, lost_error;
   bool usage = false;
   auto note_error = [&](std::size_t r, const std::string& out) {
@@ -105,14 +103,14 @@ inline std::vector<std::string> launch_shm(const run_context& ctx) {
     std::string& slot = out.find("peer_lost") != std::string::npos ? lost_error : first_error;
     if (slot.empty()) slot = msg;
   };
-  if (detail::is_failure(finals[0])) note_error(0, finals[0]);
+  if (is_failure(finals[0])) note_error(0, finals[0]);
   for (std::size_t r = 1; r < n; ++r) {
-    finals[r] = detail::read_all(fds[r]);
+    finals[r] = read_all(fds[r]);
     ::close(fds[r]);
     int status = 0;
     while (::waitpid(pids[r], &status, 0) < 0 && errno == EINTR) {
     }
-    if (detail::is_failure(finals[r])) {
+    if (is_failure(finals[r])) {
       note_error(r, finals[r]);
     } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       const std::string why = WIFSIGNALED(status)
