@@ -16,6 +16,7 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
 #include "options.hpp"
+#include "rows.hpp"
 #include "sweep.hpp"
 
 #if __has_include("gradsync/algorithm/tree.hpp")
@@ -70,19 +71,6 @@ bool with_algorithm(std::string_view name, F&& f) {
 template <class A, class Tr>
 inline constexpr bool composes = (!A::needs_peer_access || Tr::peer_access) &&
                                  (!A::needs_native || Tr::native_allreduce);
-
-/// What run_gradsync_rows measured.
-struct gradsync_totals {
-  std::uint64_t wrong = 0;  ///< wrong elements over every checked row
-  std::size_t tables = 0;   ///< transport x algorithm combinations swept
-  std::size_t checked = 0;  ///< rows whose result was checked
-  gradsync_totals& operator+=(const gradsync_totals& o) {
-    wrong += o.wrong;
-    tables += o.tables;
-    checked += o.checked;
-    return *this;
-  }
-};
 
 /// Runs every requested algorithm over transport `t` (collective over `g`, whose ranks
 /// must be the transport's ranks). `mpi_name` labels the MPI flavour in the rows.

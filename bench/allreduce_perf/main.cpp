@@ -18,27 +18,11 @@
 #include <filesystem>
 #include <string>
 
-// Transports other components provide; each is used only if its header exists.
-#ifdef GRADSYNC_BENCH_MPI
-#if __has_include("gradsync/transport/mpi.hpp")
-#include "gradsync/transport/mpi.hpp"
-#define GRADSYNC_BENCH_HAVE_MPI_TRANSPORT 1
-#endif
-#if __has_include("gradsync/transport/shm.hpp")
-#include "gradsync/transport/shm.hpp"
-#define GRADSYNC_BENCH_HAVE_SHM 1
-#if __has_include("gradsync/transport/shm_mpi.hpp")
-#include "gradsync/transport/shm_mpi.hpp"
-#define GRADSYNC_BENCH_HAVE_SHM_MPI 1
-#endif
-#endif
-#endif
-
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/hash_store.h>
 
 #include "gradsync/transport/run_local.hpp"
-#include "gradsync_rows.hpp"
+#include "rows.hpp"
 #include "options.hpp"
 #include "peer_gloo.hpp"
 #include "peer_stream.hpp"
@@ -120,7 +104,7 @@ int run_threads(const gb::options& o) {
             std::printf("#\n# transport=local: run the allreduce_perf binary (without MPI)\n");
           }
 #else
-          const gb::gradsync_totals tot = gb::run_gradsync_rows(t, g, o, csv, mpi_name);
+          const gb::gradsync_totals tot = gb::run_local_rows(t, g, o, csv, mpi_name);
           if (g.rank() == 0) wrong += tot.wrong, tables += tot.tables, checked += tot.checked;
 #endif
         } else if (tr != "none" && g.rank() == 0) {
@@ -172,30 +156,9 @@ int run_processes(const gb::options& o) {
   };
   for (const auto& tr : transports) {
     if (tr == "shm") {
-#ifdef GRADSYNC_BENCH_HAVE_SHM
-#ifdef GRADSYNC_BENCH_HAVE_SHM_MPI
-      gs::transport::shm t = gs::transport::shm_from_mpi(MPI_COMM_WORLD);
-#else
-      // Bootstrapped from the communicator: rank 0 names the job, everyone joins it.
-      const std::string job = g.broadcast("allreduce_perf-" + std::to_string(getpid()) + "-" +
-                                          std::to_string(std::time(nullptr)));
-      gs::transport::shm_options so;
-      so.rank = g.rank();
-      so.size = g.size();
-      so.job = job;
-      gs::transport::shm t(so);
-#endif
-      tot += gb::run_gradsync_rows(t, g, o, csv, mpi_name);
-#else
-      note("transport=shm: not in this build (gradsync/transport/shm.hpp is missing); skipped");
-#endif
+      tot += gb::run_shm_rows(MPI_COMM_WORLD, g, o, csv, mpi_name);
     } else if (tr == "mpi") {
-#ifdef GRADSYNC_BENCH_HAVE_MPI_TRANSPORT
-      gs::transport::mpi t(MPI_COMM_WORLD);
-      tot += gb::run_gradsync_rows(t, g, o, csv, mpi_name);
-#else
-      note("transport=mpi: not in this build (gradsync/transport/mpi.hpp is missing); skipped");
-#endif
+      tot += gb::run_mpi_rows(MPI_COMM_WORLD, g, o, csv, mpi_name);
     } else if (tr == "local") {
       note("transport=local runs threads as ranks: run without mpirun (--ranks N); skipped");
     }

@@ -1,0 +1,50 @@
+// The gradsync rows, one translation unit per transport (rows_local.cpp, rows_shm.cpp,
+// rows_mpi.cpp) so that they compile in parallel; main.cpp only sees these declarations.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "../common/group.hpp"
+#include "../common/report.hpp"
+#include "options.hpp"
+
+#ifdef GRADSYNC_BENCH_MPI
+#include <mpi.h>
+#endif
+
+namespace gradsync::transport {
+class local;
+}
+
+namespace gradsync::bench {
+
+/// What run_gradsync_rows measured.
+struct gradsync_totals {
+  std::uint64_t wrong = 0;  ///< wrong elements over every checked row
+  std::size_t tables = 0;   ///< transport x algorithm combinations swept
+  std::size_t checked = 0;  ///< rows whose result was checked
+  gradsync_totals& operator+=(const gradsync_totals& o) {
+    wrong += o.wrong;
+    tables += o.tables;
+    checked += o.checked;
+    return *this;
+  }
+};
+
+/// Every requested algorithm over the in-process transport `t` (rank g.rank()).
+gradsync_totals run_local_rows(transport::local& t, group& g, const options& o, csv_writer& csv,
+                               const std::string& mpi_name);
+
+#ifdef GRADSYNC_BENCH_MPI
+/// Every requested algorithm over transport::shm bootstrapped from `comm` (the ranks of g).
+/// Prints a note and returns nothing measured when shm is not part of this build.
+gradsync_totals run_shm_rows(MPI_Comm comm, group& g, const options& o, csv_writer& csv,
+                             const std::string& mpi_name);
+/// Every requested algorithm over transport::mpi on `comm` (the ranks of g).
+gradsync_totals run_mpi_rows(MPI_Comm comm, group& g, const options& o, csv_writer& csv,
+                             const std::string& mpi_name);
+#endif
+
+}  // namespace gradsync::bench

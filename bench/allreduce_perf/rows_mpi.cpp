@@ -1,0 +1,33 @@
+// gradsync rows over transport::mpi.
+#include <mpi.h>
+
+#include <cstdio>
+#include <string>
+
+#include "rows.hpp"
+
+#if __has_include("gradsync/transport/mpi.hpp")
+#include "gradsync/transport/mpi.hpp"
+#include "gradsync_rows.hpp"
+#define GRADSYNC_BENCH_HAVE_MPI_TRANSPORT 1
+#endif
+
+namespace gradsync::bench {
+
+gradsync_totals run_mpi_rows(MPI_Comm comm, group& g, const options& o, csv_writer& csv,
+                             const std::string& mpi_name) {
+#ifdef GRADSYNC_BENCH_HAVE_MPI_TRANSPORT
+  transport::mpi t(comm);
+  return run_gradsync_rows(t, g, o, csv, mpi_name);
+#else
+  (void)comm, (void)o, (void)csv, (void)mpi_name;
+  if (g.rank() == 0) {
+    std::printf(
+        "#\n# transport=mpi: not in this build (gradsync/transport/mpi.hpp is "
+        "missing); skipped\n");
+  }
+  return {};
+#endif
+}
+
+}  // namespace gradsync::bench
