@@ -100,14 +100,17 @@ struct auto_select {
       // through to the table for the rest. The decision must depend only on
       // (bytes, n) so that every rank makes the same one.
       if constexpr (peer_memory_transport<Tr> && Tr::memory == memory_space::host) {
-        // transport::shm (tests/shm/shm_probe, 2-core EPYC VM, float sum, medians):
-        // one-shot moves the input inline with the header in one flag round and wins
-        // while it fits a slot (32 KiB: 2 ranks, 8 B: see shm_probe; 32 KiB one-shot ~12
-        // us vs ring ~17 us); above that two-shot reads each byte once per rank and
-        // beats the point-to-point algorithms, which copy every byte twice through the
-        // pair rings (2 ranks, 4 MiB: two-shot ~1.1 ms vs ring ~1.0-14 ms, load-bound;
-        // 64 MiB: two-shot 2-4x ring).
-        const bool one = data.size() <= (t.slot_bytes() - sizeof(call_header)) / sizeof(T);
+        // transport::shm, measured with tests/shm/shm_probe (2-core EPYC VM shared
+        // with ~10 busy processes, ranks at nice -20, float sum, median us per call):
+        //   2 ranks   8 B: one-shot 0.41, two-shot 0.83, ring 1.33, tree 1.50
+        //            32 KiB: one 9.5, two 31, ring 21, tree 18; 256 KiB: one 166, two 248
+        //            64 MiB: two-shot 206-270 ms, ring 320-1350 ms, h-d 216-1100 ms
+        //   4 ranks  64 KiB: one 189, two 250; 256 KiB: one 2426, two 5977;
+        //            4 MiB: one 32461, two 15638; 64 MiB: two 249 ms, ring 375 ms
+        // One-shot (header round + one stage per chunk; inline in the slot up to 32 KiB)
+        // wins up to 256 KiB; above, two-shot reads each byte once per rank. Only direct
+        // algorithms here: they compare call headers themselves (checks_headers_on).
+        const bool one = bytes <= (256 << 10);
         if (log_enabled(log_level::debug)) {
           log(log_level::debug, t.rank(), "auto_select: %zu bytes, %zu ranks -> %s", bytes, n,
               one ? "direct_one_shot" : "direct_two_shot");
