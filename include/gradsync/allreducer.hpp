@@ -122,12 +122,14 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion> {
   /// In-place allreduce of one tensor, on the calling thread (after queued work drains).
   template <class T, class Op>
   void allreduce(std::span<T> data, Op op) {
+    check_composition<Algorithm, Transport, std::remove_const_t<T>, Op>();
     const tensor_ref one(data);
     run_list(std::span<const tensor_ref>(&one, 1), op, false).wait();
   }
   /// Queues an in-place allreduce of one tensor on the progress thread.
   template <class T, class Op>
   pending allreduce_async(std::span<T> data, Op op) {
+    check_composition<Algorithm, Transport, std::remove_const_t<T>, Op>();
     const tensor_ref one(data);
     return run_list(std::span<const tensor_ref>(&one, 1), op, true);
   }
@@ -144,6 +146,7 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion> {
   }
   template <class T, class Op>
   void allreduce(const std::vector<std::span<T>>& list, Op op) {
+    check_composition<Algorithm, Transport, std::remove_const_t<T>, Op>();
     const std::vector<tensor_ref> refs(list.begin(), list.end());
     allreduce(std::span<const tensor_ref>(refs), op);
   }
