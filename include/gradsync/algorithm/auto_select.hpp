@@ -48,25 +48,26 @@ namespace tuning {
 inline constexpr std::size_t any_size = static_cast<std::size_t>(-1);
 
 /// Selection table for transports without peer access; past every row: ring.
-/// Measured on the 2-core CI machine (load ~10 from parallel builds), transport::local,
-/// float sum, check on, median of 9 calls per run, median over 3 runs; figures are
-/// ring / tree / halving_doubling in microseconds, from tests/core/measure_algorithms.
-/// Ring wins every size >= 128 KiB except on 4 and 8 ranks, where halving_doubling's
-/// log2(n) steps still pay; non-power-of-two counts pay halving_doubling's fold.
+/// Measured with tests/core/measure_algorithms (transport::local, float sum, check on,
+/// ranks lined up before each call, order rotated, median of 9 calls per run, median of
+/// 3 runs) on the 2-core CI machine while other builds ran (load 9-14), twice; figures
+/// are ring / tree / halving_doubling in microseconds, "a; b" for the two sessions.
+/// At 2 MiB and 8 MiB the three stay within the noise of each other (all are bound by
+/// memory bandwidth on 2 cores; e.g. 8 ranks, 8 MiB: 51814/46775/52937; 66492/71100/
+/// 69136), so ring, the bandwidth-optimal one, keeps every size past the rows. 2 ranks:
+/// equal within 5% at every size (4 KiB: 5.5/5.6/5.5; 7.8/8.0/7.6), so ring.
 inline constexpr auto_rule auto_rules[] = {
-    // 2 ranks: 256 B 9.3/5.7/9.3, 4 KiB 10.6/8.7/12.2; at 32 KiB ring wins 18.9/21.2/26.3.
-    {2, 2, 4 << 10, auto_choice::tree},
-    // 3 ranks: 32 KiB 49.4/43.7/63.2; at 128 KiB ring wins 98.5/144.2/156.3.
-    {3, 3, 32 << 10, auto_choice::tree},
-    // 4 ranks: 4 KiB 80.6/39.3/33.7, 512 KiB 564/595/526; at 2 MiB ring 6677/9063/6971.
-    {4, 4, 512 << 10, auto_choice::halving_doubling},
-    // 5 ranks: 32 KiB 137.7/98.6/175.3; at 128 KiB ring wins 267/287/383.
-    {5, 7, 32 << 10, auto_choice::tree},
-    // 8 ranks: 4 KiB 335/140/109, 128 KiB 670/660/524; at 512 KiB ring 4172/5227/5319.
-    {8, 8, 128 << 10, auto_choice::halving_doubling},
-    // 6, 7 and more than 8 ranks were not measured (threads on 2 cores): extrapolated
-    // from 5 ranks (tree for latency-bound sizes, ring beyond).
-    {9, any_size, 32 << 10, auto_choice::tree},
+    // 4 ranks, 32 KiB: 101.8/65.5/56.0; 79.1/61.7/60.6 (4 KiB: 61.1/45.5/37.9).
+    {4, 4, 32 << 10, auto_choice::halving_doubling},
+    // 6 ranks, 32 KiB: 186.9/150.2/129.2; 8 ranks, 32 KiB: 331.0/203.7/173.6;
+    // 379.7/217.5/203.4. 7 ranks not measured: between 6 and 8.
+    {6, 8, 32 << 10, auto_choice::halving_doubling},
+    // 128 KiB, ring vs tree: 3 ranks 77.4 vs 66.4; 118.8 vs 111.1. 4 ranks 161.6 vs
+    // 120.3; 139.1 vs 124.4. 5 ranks 216.3 vs 153.7; 247.7 vs 157.5. 6 ranks 320.0 vs
+    // 278.3. 8 ranks 659.2 vs 431.9; 580.0 vs 474.4. At 512 KiB ring is level again
+    // (4 ranks 363.2/382.9; 364.6/404.9). More than 8 ranks: not measured (threads on
+    // 2 cores), tree's log-depth latency assumed to win the same range.
+    {3, any_size, 128 << 10, auto_choice::tree},
 };
 }  // namespace tuning
 
