@@ -11,8 +11,9 @@ int main() {
     for (std::size_t n : {9408, 64, 64, 36864, 64, 64, 2048000, 1000}) grads.emplace_back(n);
 
     // Bucket fusion: 25 MiB buckets (the first one 1 MiB), launched in a fixed order.
-    gs::allreducer<gs::transport::local, gs::algo::auto_select, gs::fusion::bucket<25 << 20>> sync{
-        t};
+    using sync_t =
+        gs::allreducer<gs::transport::local, gs::algo::auto_select, gs::fusion::bucket<25 << 20>>;
+    sync_t sync{t};
     for (auto& g : grads) sync.add(std::span<float>(g));  // once, the same list on every rank
     sync.commit(gs::op::avg);                             // the static plan, checked across ranks
 
