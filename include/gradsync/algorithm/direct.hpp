@@ -11,8 +11,9 @@
 //           Small inputs travel inline in the slots: one flag round per call.
 // two-shot: the vector is cut into n slices; rank i reduces slice i from all ranks'
 //           copies (its own straight from its input), publishes it, and gathers the
-//           other slices from their owners. Two flag rounds per chunk.
-// Inputs larger than half a staging buffer go in chunks through alternating halves.
+//           other slices from their owners. One flag round per chunk (+1).
+// Large inputs go in chunks through rotating parts of the staging buffers (one-shot:
+// halves; two-shot: thirds).
 //
 // Every element is combined in rank order 0, 1, ..., n-1 whichever rank computes it, and
 // op::avg is divided once, so every rank ends with the same bits.
@@ -175,6 +176,11 @@ class direct_call {
     return (t_.slot_bytes() - sizeof(call_header)) / sizeof(T);
   }
   std::size_t half_elems() const { return t_.exchange_bytes() / 2 / sizeof(T); }
+  std::size_t third_stride() const { return t_.exchange_bytes() / 3 / 64 * 64; }
+  std::size_t third_elems() const { return third_stride() / sizeof(T); }
+  T* third(std::size_t rank, std::size_t chunk) {
+    return reinterpret_cast<T*>(t_.exchange(rank) + (chunk % 3) * third_stride());
+  }
   T* half(std::size_t rank, std::size_t chunk) {
     return reinterpret_cast<T*>(t_.exchange(rank) + (chunk & 1) * (t_.exchange_bytes() / 2));
   }
@@ -278,7 +284,8 @@ struct direct_one_shot {
 };
 
 /// Two-shot: each rank reduces its 1/n slice from every rank's copy, then gathers the
-/// other slices from their owners. Two flag rounds per chunk of half a staging buffer.
+/// other slices from their owners. One flag round per chunk of a third of a staging
+/// buffer (plus one), besides the header round.
 struct direct_two_shot {
   static constexpr std::string_view name = "direct_two_shot";
   static constexpr bool needs_peer_access = true;
@@ -293,29 +300,44 @@ struct direct_two_shot {
     const std::size_t n = c.n_, r = c.r_;
     if (n == 1) return c.finalize(c.data_, c.count_, op);
     c.open(name, false);
-    const std::size_t chunk = c.half_elems();
+    // Chunks rotate through thirds of the staging buffer, so that staging chunk k+1 and
+    // publishing the reduced slices of chunk k share one barrier: when a rank stages
+    // chunk k+1 into third (k+1)%3, every peer has passed the barrier after chunk k-1,
+    // so it has finished gathering chunk k-2, the last user of that third.
+    const std::size_t chunk = c.third_elems();
+    const std::size_t chunks = (c.count_ + chunk - 1) / chunk;
     const bool stream = c.count_ * sizeof(T) >= detail::direct_stream_min_bytes;
-    for (std::size_t k = 0, off = 0; off < c.count_; ++k, off += chunk) {
-      const std::size_t len = std::min(chunk, c.count_ - off);
-      T* in = c.data_ + off;
-      T* mine = c.half(r, k);
-      for (std::size_t i = 0; i < n; ++i) {  // stage the slices the others reduce
+    auto len_of = [&](std::size_t k) { return std::min(chunk, c.count_ - k * chunk); };
+    auto stage = [&](std::size_t k) {  // copy the slices the others reduce
+      const std::size_t len = len_of(k);
+      T* in = c.data_ + k * chunk;
+      T* mine = c.third(r, k);
+      for (std::size_t i = 0; i < n; ++i) {
         const detail::range s = detail::part(len, n, i);
         if (i != r) std::memcpy(mine + s.offset, in + s.offset, s.count * sizeof(T));
       }
-      c.barrier(2 * k + 1);
+    };
+    if (chunks > 0) {
+      stage(0);
+      c.barrier(1);
+    }
+    for (std::size_t k = 0; k < chunks; ++k) {
+      const std::size_t len = len_of(k);
+      T* in = c.data_ + k * chunk;
+      T* mine = c.third(r, k);
       const detail::range my = detail::part(len, n, r);
       detail::reduce_rank_order(
           mine + my.offset,
-          [&](std::size_t j) -> const T* { return (j == r ? in : c.half(j, k)) + my.offset; }, n,
+          [&](std::size_t j) -> const T* { return (j == r ? in : c.third(j, k)) + my.offset; }, n,
           my.count, op);
       c.finalize(mine + my.offset, my.count, op);
       detail::copy_out(in + my.offset, mine + my.offset, my.count * sizeof(T), stream);
-      c.barrier(2 * k + 2);
+      if (k + 1 < chunks) stage(k + 1);
+      c.barrier(k + 2);
       for (std::size_t i = 0; i < n; ++i) {  // gather the slices the others own
         const detail::range s = detail::part(len, n, i);
         if (i != r)
-          detail::copy_out(in + s.offset, c.half(i, k) + s.offset, s.count * sizeof(T), stream);
+          detail::copy_out(in + s.offset, c.third(i, k) + s.offset, s.count * sizeof(T), stream);
       }
     }
     if (stream) detail::stream_fence();
