@@ -161,7 +161,6 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
           "--fusion %s\n",
           st.algo.c_str(), st.fusion.c_str(), cfg.algo.c_str(), cfg.fusion.c_str());
     }
-    replica_check("after loading the checkpoint");
   } else {
     say("mini_trainer: model %s (%zu parameters), %zu ranks, transport %s, algo %s, fusion %s, "
         "global batch %zu (%zu per rank), lr %g, momentum %g, %zu train / %zu test samples%s\n",
@@ -169,6 +168,10 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
         cfg.fusion.c_str(), B, max_shard, double(cfg.lr), double(cfg.momentum), ctx.train.n,
         ctx.test.n, cfg.exact_grads ? ", exact grads" : "");
   }
+
+  // Every rank must start from the same weights (with MPI across hosts, a rank that
+  // cannot see the checkpoint directory would otherwise start fresh on its own).
+  replica_check(ctx.start_path.empty() ? "at start" : "after loading the checkpoint");
 
   // Checkpoints written from here on describe this run.
   st.ranks = n, st.algo = cfg.algo, st.fusion = cfg.fusion, st.transport = std::string(Tr::name);
