@@ -135,7 +135,8 @@ inline const char* usage_text() {
          "  -f FACTOR      size multiplier between rows, default 2\n"
          "  -n N           timed iterations per size, default 20\n"
          "  -w N           warm-up iterations per size, default 5\n"
-         "  --iter-bytes SIZE  fewer iterations at large sizes: iters*size <= SIZE (>= 3)\n"
+         "  --iter-bytes SIZE  fewer iterations at large sizes: iters*size <= SIZE (>= 3),\n"
+         "                 and at most iters/4 warm-ups (>= 1)\n"
          "  -c 0|1         count wrong elements from exact inputs, default 1\n"
          "  -d TYPE        float, double, half, bfloat16, int32, int64 (default float)\n"
          "  -o OP          sum, prod, min, max, avg (default sum)\n"
@@ -257,6 +258,13 @@ inline std::size_t iters_for(const options& o, std::size_t bytes) {
   if (o.iter_bytes == 0 || bytes == 0) return o.iters;
   const std::size_t cap = std::max<std::size_t>(3, o.iter_bytes / bytes);
   return std::min(o.iters, cap);
+}
+
+/// Warm-up calls at a size with `iters` timed iterations: -w, but with --iter-bytes no
+/// more than a quarter of the timed iterations (at least 1) at the large sizes.
+inline std::size_t warmup_for(const options& o, std::size_t iters) {
+  if (o.iter_bytes == 0 || o.warmup == 0) return o.warmup;
+  return std::min(o.warmup, std::max<std::size_t>(1, iters / 4));
 }
 
 }  // namespace gradsync::bench

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/exact_fast.hpp"
 #include "../common/group.hpp"
 #include "../common/report.hpp"
 #include "gradsync/testing/exact_inputs.hpp"
@@ -59,6 +60,7 @@ sweep_result sweep(group& g, const options& o, subject<T>& s, csv_writer& csv) {
   if (sizes.empty()) return res;
   const auto sweep_start = clk::now();
   std::vector<T> buf(sizes.back() / sizeof(T));
+  const exact_pattern<T> pattern(o.op, me, n);
   if (me == 0) {
     std::string title = s.label.impl;
     if (s.label.transport != "-") title += "  transport=" + s.label.transport;
@@ -71,9 +73,9 @@ sweep_result sweep(group& g, const options& o, subject<T>& s, csv_writer& csv) {
     const std::size_t count = bytes / sizeof(T);
     const std::span<T> data(buf.data(), count);
     if (s.prepare) s.prepare(data);
-    testing::fill_inputs(data, o.op, me, n);
-    for (std::size_t i = 0; i < o.warmup; ++i) s.run(data);
+    pattern.fill(data);
     const std::size_t iters = iters_for(o, bytes);
+    for (std::size_t i = 0; i < warmup_for(o, iters); ++i) s.run(data);
     std::vector<double> times(iters);
     for (std::size_t i = 0; i < iters; ++i) {
       g.barrier();
@@ -84,12 +86,12 @@ sweep_result sweep(group& g, const options& o, subject<T>& s, csv_writer& csv) {
     g.max_all(times);  // the slowest rank's time, per iteration
     long long wrong = -1;
     if (o.check) {
-      testing::fill_inputs(data, o.op, me, n);
+      pattern.fill(data);
       g.barrier();
       s.run(data);
       if (o.corrupt && s.label.kind == "gradsync" && me + 1 == n)
         data[count / 2] = testing::from_double<T>(-99.0);  // self-test
-      const std::size_t mine = testing::count_wrong<T>(data, o.op, n);
+      const std::size_t mine = pattern.count_wrong(data);
       const std::uint64_t total = g.sum_all(mine);
       wrong = static_cast<long long>(total);
       res.wrong += total;
