@@ -72,7 +72,7 @@ constexpr float delta_lim = 2.0f;           // deltas in [-2, 2]
 class mlp {
  public:
   mlp(mlp_shape shape, std::size_t max_batch, bool exact)
-      : shape_(std::move(shape)), max_batch_(max_batch), exact_(exact) {
+      : shape_(std::move(shape)), exact_(exact) {
     const std::size_t L = shape_.layers();
     acts_.resize(L + 1);
     deltas_.resize(L + 1);
@@ -213,7 +213,6 @@ class mlp {
 
  private:
   mlp_shape shape_;
-  std::size_t max_batch_;
   bool exact_;
   std::vector<std::vector<float>> acts_;    // acts_[0] = input, acts_[L] = probabilities
   std::vector<std::vector<float>> deltas_;  // dLoss/dZ per layer output
