@@ -90,7 +90,8 @@ std::size_t count_differing(const T* a, const T* b, std::size_t count) {
 /// Runs one allreduce case on n threads and checks every rank's result.
 template <class A, class T, class Op>
 void run_case(fixture<T>& f, std::size_t n, std::size_t count, mode m, Op op) {
-  INFO("algorithm " << A::name << ", " << n << " ranks, count " << count << ", " << mode_name(m));
+  INFO("algorithm " << A::name << ", " << n << " ranks, count " << count << ", "
+                    << std::string(mode_name(m)));
   const std::size_t off = m == mode::in_place_aligned ? 0 : 1;
   const gs::call_options opt{.timeout = gs::seconds_d{60}};
   try {
