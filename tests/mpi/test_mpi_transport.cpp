@@ -136,27 +136,27 @@ GS_MPI_TEST("transport: messages longer than max_message_bytes are split", 60) {
 }
 
 // The real path: one message of more than INT_MAX bytes (2 MPI messages with the
-// default options). Needs about 2 GiB on each of ranks 0 and 1, so it runs in the
-// 2-rank job only, and only when the memory is there.
+// default options). Needs about 2 GiB on each of ranks 0 and 1 and a few seconds, so
+// it runs only where GRADSYNC_TEST_BIG=1 (the meson file sets it for one 2-rank job)
+// and the memory is there.
 GS_MPI_TEST("transport: a real message over INT_MAX bytes", 120) {
-  if (world_size() != 2) GS_SKIP("runs in the 2-rank job only");
+  const char* big = std::getenv("GRADSYNC_TEST_BIG");
+  if (!big || std::strcmp(big, "1") != 0) GS_SKIP("set GRADSYNC_TEST_BIG=1 to run it");
+  if (world_size() < 2) GS_SKIP("needs 2 ranks");
   const std::size_t bytes = static_cast<std::size_t>(INT_MAX) + 4097;
-  const bool room = mem_available_bytes() > 3 * bytes;  // checked by rank 0 for everyone
-  std::vector<std::uint64_t> ok = gs::testbed::world_allgather({room ? 1ull : 0ull});
+  const bool room = mem_available_bytes() > 3 * bytes;  // rank 0 decides for everyone
+  const std::vector<std::uint64_t> ok = gs::testbed::world_allgather({room ? 1ull : 0ull});
   if (!ok[0]) GS_SKIP("less than 6.5 GB of memory available");
-  if (const char* e = std::getenv("GRADSYNC_TEST_BIG"); e && !std::strcmp(e, "0")) {
-    GS_SKIP("GRADSYNC_TEST_BIG=0");
-  }
   gs::transport::mpi t{MPI_COMM_WORLD};
   const std::size_t words = (bytes + 7) / 8;
-  std::vector<std::uint64_t> buf(words);
+  std::vector<std::uint64_t> buf(t.rank() < 2 ? words : 0);
   const auto d = gs::deadline::after(gs::seconds_d{100});
   if (t.rank() == 0) {
     for (std::size_t i = 0; i < words; ++i) buf[i] = i * 0x9e3779b97f4a7c15ull;
     auto q = t.isend(1, buf.data(), bytes, 3);
     GS_CHECK(q.parts() == 2);
     t.wait(q, d);
-  } else {
+  } else if (t.rank() == 1) {
     auto q = t.irecv(0, buf.data(), bytes, 3);
     GS_CHECK(q.parts() == 2);
     t.wait(q, d);
@@ -168,6 +168,17 @@ GS_MPI_TEST("transport: a real message over INT_MAX bytes", 120) {
   }
 }
 
+// A longer message than posted is MPI_ERR_TRUNCATE, which transport::mpi turns into
+// errc::mismatch where MPI raises it on the transport's communicator (Open MPI). MPICH
+// 4.0 raises request-completion errors on MPI_COMM_WORLD (whose default handler aborts
+// the job), so that half runs only under Open MPI. The consistency check stops such
+// calls before any data moves anyway. A shorter message is caught by both.
+#ifdef MPICH_VERSION
+constexpr bool truncation_is_returned = false;
+#else
+constexpr bool truncation_is_returned = true;
+#endif
+
 GS_MPI_TEST("transport: a different message size is a mismatch, not a corruption", 30) {
   if (world_size() < 2) GS_SKIP("needs 2 ranks");
   gs::transport::mpi t{MPI_COMM_WORLD};
@@ -175,19 +186,25 @@ GS_MPI_TEST("transport: a different message size is a mismatch, not a corruption
   std::vector<char> buf(256);
   const auto d = gs::deadline::after(gs::seconds_d{30});
   if (t.rank() == 0) {
-    auto a = t.isend(1, buf.data(), 100, 1);  // longer than the receiver expects
-    auto b = t.isend(1, buf.data(), 64, 2);   // shorter than the receiver expects
-    t.wait(a, d);
+    auto b = t.isend(1, buf.data(), 64, 2);  // shorter than the receiver expects
     t.wait(b, d);
+    if (truncation_is_returned) {
+      auto a = t.isend(1, buf.data(), 100, 1);  // longer than the receiver expects
+      t.wait(a, d);
+    }
   } else if (t.rank() == 1) {
-    auto a = t.irecv(0, buf.data(), 64, 1);
-    const std::string m1 = GS_CHECK_ERROR(t.wait(a, d), gs::errc::mismatch);
-    GS_CHECK_MSG(gs::testbed::contains(m1, "on rank 1 (peer 0) in op #0") &&
-                     gs::testbed::contains(m1, "expected 64 bytes"),
-                 m1);
     auto b = t.irecv(0, buf.data(), 100, 2);
     const std::string m2 = GS_CHECK_ERROR(t.wait(b, d), gs::errc::mismatch);
-    GS_CHECK_MSG(gs::testbed::contains(m2, "expected 100 bytes, the peer sent 64"), m2);
+    GS_CHECK_MSG(gs::testbed::contains(m2, "on rank 1 (peer 0) in op #0") &&
+                     gs::testbed::contains(m2, "expected 100 bytes, the peer sent 64"),
+                 m2);
+    if (truncation_is_returned) {
+      auto a = t.irecv(0, buf.data(), 64, 1);
+      const std::string m1 = GS_CHECK_ERROR(t.wait(a, d), gs::errc::mismatch);
+      GS_CHECK_MSG(gs::testbed::contains(m1, "on rank 1 (peer 0) in op #0") &&
+                       gs::testbed::contains(m1, "expected 64 bytes and the peer sent more"),
+                   m1);
+    }
   }
 }
 

@@ -9,6 +9,18 @@
 // The communicator handed in is duplicated (its own context), so library messages
 // never match the user's. Every wait polls with MPI_Test under a deadline (see
 // mpi_poll.hpp): a rank that never calls raises errc::timeout instead of a hang.
+//
+// Like MPI_Comm_free, destroying a transport is collective in spirit: destroy it once
+// every rank's last call on it has returned. After a timeout a late peer may still
+// send; if the transport is gone by then, Open MPI may deliver that message into the
+// next communicator that reuses the context id. Keep such a transport alive (or end
+// the job) rather than destroy it early.
+//
+// MPI errors come back as errc::transport (MPI_ERRORS_RETURN is set on the duplicate).
+// One exception: MPICH 4.0 raises errors found when a request completes (e.g. a peer
+// sending more bytes than posted) on MPI_COMM_WORLD, whose default handler aborts the
+// job; Open MPI raises them here and they become errc::mismatch. The consistency check
+// (call_options::check, on by default) stops such calls before any data moves.
 #pragma once
 
 #include <mpi.h>
@@ -182,7 +194,7 @@ class mpi {
     while (r.next_ < r.parts_) {
       MPI_Request& q = r.part(r.next_);
       MPI_Status st;
-      const int rc = detail::mpi_poll(q, st, d);
+      const int rc = detail::mpi_poll(q, st, d, r.piece_bytes(r.next_) >= detail::mpi_bulk_bytes);
       if (rc == detail::mpi_poll_timed_out) {
         const std::size_t peer = r.peer_, bytes = r.bytes_;
         const std::uint32_t tag = r.tag_;
@@ -253,7 +265,8 @@ class mpi {
       detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + off, len, type, mop, comm_, &req),
                         "MPI_Iallreduce", where);
       MPI_Status st;
-      const int rc = detail::mpi_poll(req, st, ctx.until);
+      const int rc = detail::mpi_poll(
+          req, st, ctx.until, static_cast<std::size_t>(len) * sizeof(T) >= detail::mpi_bulk_bytes);
       if (rc == detail::mpi_poll_timed_out) {
         // MPI forbids cancelling or freeing a nonblocking collective: keep it until it
         // completes (if the late ranks ever join) and refuse further native calls.
