@@ -4,6 +4,7 @@ set -euo pipefail
 src=$1; root=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 cp -r "$src/subproject" "$tmp/proj"
+cp "$src/consumer.cpp" "$tmp/proj/main.cpp"  # the same program the pkg-config test builds
 mkdir -p "$tmp/proj/subprojects"
 ln -s "$root" "$tmp/proj/subprojects/gradsync"
 meson setup "$tmp/build" "$tmp/proj" >"$tmp/setup.log" 2>&1 || { cat "$tmp/setup.log"; exit 1; }
