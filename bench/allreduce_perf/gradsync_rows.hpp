@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdio>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -74,9 +75,10 @@ inline constexpr bool composes = (!A::needs_peer_access || Tr::peer_access) &&
 
 /// Runs every requested algorithm over transport `t` (collective over `g`, whose ranks
 /// must be the transport's ranks). `mpi_name` labels the MPI flavour in the rows.
+/// `registered`: the buffers come from the transport's heap (t.allocate; shm_reg rows).
 template <class Tr>
 gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer& csv,
-                                  const std::string& mpi_name) {
+                                  const std::string& mpi_name, bool registered = false) {
   gradsync_totals tot;
   const bool explicit_list = o.algos != all_algos;
   for (const std::string& name : o.algos) {
@@ -93,7 +95,17 @@ gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer&
             } else {
               subject<T> s;
               s.label =
-                  make_label("gradsync", "gradsync", std::string(Tr::name), name, mpi_name, o);
+                  make_label("gradsync", "gradsync",
+                             std::string(Tr::name) + (registered ? "_reg" : ""), name, mpi_name, o);
+              if constexpr (requires { t.template allocate<T>(std::size_t{1}); }) {
+                if (registered) {
+                  auto held = std::make_shared<decltype(t.template allocate<T>(1))>();
+                  s.buffer = [&t, held](std::size_t count) {
+                    *held = t.template allocate<T>(count);
+                    return held->span();
+                  };
+                }
+              }
               call_options opt;
               opt.check = o.agree;
               s.run = [&t, opt](std::span<T> d) { allreduce<A>(t, d, Op{}, opt); };

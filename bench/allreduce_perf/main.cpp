@@ -155,8 +155,8 @@ int run_processes(const gb::options& o) {
     if (g.rank() == 0) std::printf("#\n# %s\n", what.c_str());
   };
   for (const auto& tr : transports) {
-    if (tr == "shm") {
-      tot += gb::run_shm_rows(MPI_COMM_WORLD, g, o, csv, mpi_name);
+    if (tr == "shm" || tr == "shm_reg") {
+      tot += gb::run_shm_rows(MPI_COMM_WORLD, g, o, csv, mpi_name, tr == "shm_reg");
     } else if (tr == "mpi") {
       tot += gb::run_mpi_rows(MPI_COMM_WORLD, g, o, csv, mpi_name);
     } else if (tr == "local") {

@@ -18,7 +18,8 @@ namespace gradsync::bench {
 inline const std::vector<std::string> all_algos = {
     "ring", "tree", "halving_doubling", "direct_one_shot", "direct_two_shot", "native", "auto"};
 /// Every transport name --transport understands.
-inline const std::vector<std::string> all_transports = {"local", "shm", "mpi"};
+/// shm_reg: transport::shm with every buffer allocated in its heap (registered).
+inline const std::vector<std::string> all_transports = {"local", "shm", "shm_reg", "mpi"};
 /// Every peer --peers understands.
 inline const std::vector<std::string> all_peers = {"mpi", "gloo", "stream"};
 
@@ -140,8 +141,9 @@ inline const char* usage_text() {
          "  -c 0|1         count wrong elements from exact inputs, default 1\n"
          "  -d TYPE        float, double, half, bfloat16, int32, int64 (default float)\n"
          "  -o OP          sum, prod, min, max, avg (default sum)\n"
-         "  --transport L  comma list of local, shm, mpi (default: local alone; under mpirun\n"
-         "                 with more than one rank: shm,mpi); 'none' for peers only\n"
+         "  --transport L  comma list of local, shm, shm_reg, mpi (default: local alone;\n"
+         "                 under mpirun with more than one rank: shm,mpi); shm_reg is shm\n"
+         "                 with registered buffers (shm::allocate); 'none' for peers only\n"
          "  --algo L       comma list of ring, tree, halving_doubling, direct_one_shot,\n"
          "                 direct_two_shot, native, auto, or all (default all that apply)\n"
          "  --ranks N      in-process ranks of the local transport (and of the peers\n"

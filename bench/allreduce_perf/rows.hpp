@@ -40,8 +40,10 @@ gradsync_totals run_local_rows(transport::local& t, group& g, const options& o, 
 #ifdef GRADSYNC_BENCH_MPI
 /// Every requested algorithm over transport::shm bootstrapped from `comm` (the ranks of g).
 /// Prints a note and returns nothing measured when shm is not part of this build.
+/// `registered`: every buffer is allocated in the transport's heap (rows "shm_reg"),
+/// so direct_two_shot reads peers' buffers in place.
 gradsync_totals run_shm_rows(MPI_Comm comm, group& g, const options& o, csv_writer& csv,
-                             const std::string& mpi_name);
+                             const std::string& mpi_name, bool registered = false);
 /// Every requested algorithm over transport::mpi on `comm` (the ranks of g).
 gradsync_totals run_mpi_rows(MPI_Comm comm, group& g, const options& o, csv_writer& csv,
                              const std::string& mpi_name);

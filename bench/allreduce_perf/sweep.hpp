@@ -41,6 +41,9 @@ struct subject {
   std::function<void(std::span<T>)> prepare;
   /// One in-place allreduce of the span.
   std::function<void(std::span<T>)> run;
+  /// Where the sweep's buffer lives (optional; default: a std::vector): returns `count`
+  /// elements that stay valid for the whole sweep (e.g. a registered shm buffer).
+  std::function<std::span<T>(std::size_t count)> buffer;
 };
 
 /// Rows of a sweep and how many checked elements were wrong in total.
@@ -59,7 +62,14 @@ sweep_result sweep(group& g, const options& o, subject<T>& s, csv_writer& csv) {
   sweep_result res;
   if (sizes.empty()) return res;
   const auto sweep_start = clk::now();
-  std::vector<T> buf(sizes.back() / sizeof(T));
+  std::vector<T> own;
+  std::span<T> buf;
+  if (s.buffer) {
+    buf = s.buffer(sizes.back() / sizeof(T));
+  } else {
+    own.resize(sizes.back() / sizeof(T));
+    buf = own;
+  }
   const exact_pattern<T> pattern(o.op, me, n);
   if (me == 0) {
     std::string title = s.label.impl;

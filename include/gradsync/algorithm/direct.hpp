@@ -11,7 +11,9 @@
 //           Small inputs travel inline in the slots: one flag round per call.
 // two-shot: the vector is cut into n slices; rank i reduces slice i from all ranks'
 //           copies (its own straight from its input), publishes it, and gathers the
-//           other slices from their owners. One flag round per chunk (+1).
+//           other slices from their owners. One flag round per chunk (+1). When every
+//           rank's vector is a registered buffer (transport::shm::allocate), ranks
+//           read each other's vectors in place: detail/direct_registered.hpp.
 // Large inputs go in chunks through rotating parts of the staging buffers (one-shot:
 // halves; two-shot: thirds).
 //
@@ -24,229 +26,15 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
-#include <string>
 #include <string_view>
-#include <vector>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "gradsync/algorithm/concept.hpp"
+#include "gradsync/algorithm/detail/direct_call.hpp"
+#include "gradsync/algorithm/detail/direct_registered.hpp"
 #include "gradsync/algorithm/detail/partition.hpp"
-#include "gradsync/core/consistency.hpp"
-#include "gradsync/core/dtype.hpp"
-#include "gradsync/core/error.hpp"
-#include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/concept.hpp"
 
 namespace gradsync::algo {
-namespace detail {
-
-/// Flag numbers of peer_memory_transport used here (0 and 1 are the slot stamps).
-inline constexpr unsigned flag_stage = 2;  // chunk steps of the current call
-inline constexpr unsigned flag_done = 3;   // last direct call this rank finished reading
-
-/// Elements combined per block: the destination block stays in L1 across all sources.
-inline constexpr std::size_t direct_block_bytes = 16 << 10;
-
-/// Calls at least this large write their results with non-temporal stores: the vector
-/// cannot stay in cache anyway, and streaming stores skip the read-for-ownership of
-/// every destination line (one third of the DRAM traffic of a copy).
-inline constexpr std::size_t direct_stream_min_bytes = 8 << 20;
-
-/// memcpy, optionally with non-temporal stores (x86 SSE2); call stream_fence() after.
-inline void copy_out(void* dst, const void* src, std::size_t bytes, bool stream) {
-#if defined(__SSE2__)
-  if (stream && bytes >= 256) {
-    auto* d = static_cast<char*>(dst);
-    const auto* s = static_cast<const char*>(src);
-    const std::size_t head = (16 - (reinterpret_cast<std::uintptr_t>(d) & 15)) & 15;
-    std::memcpy(d, s, head);
-    d += head;
-    s += head;
-    bytes -= head;
-    std::size_t i = 0;
-    for (; i + 64 <= bytes; i += 64) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-      const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-    }
-    std::memcpy(d + i, s + i, bytes - i);
-    return;
-  }
-#endif
-  (void)stream;
-  if (bytes) std::memcpy(dst, src, bytes);
-}
-
-/// Orders earlier non-temporal stores before what follows.
-inline void stream_fence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
-
-/// dst[i] = combine(a[i], b[i]) with every pointer distinct. The fixed-length inner
-/// loop vectorizes even under -O2's cheap cost model (an unknown trip count does not).
-template <class T, class Op>
-inline void combine_to(T* GRADSYNC_RESTRICT dst, const T* GRADSYNC_RESTRICT a,
-                       const T* GRADSYNC_RESTRICT b, std::size_t n, Op) {
-  const kernels::combine_fn<T, Op> f{};
-  constexpr std::size_t w = 64 / sizeof(T);
-  std::size_t i = 0;
-  for (; i + w <= n; i += w) {
-    for (std::size_t k = 0; k < w; ++k) dst[i + k] = f(a[i + k], b[i + k]);
-  }
-  for (; i < n; ++i) dst[i] = f(a[i], b[i]);
-}
-
-/// dst[i] = combine(dst[i], src[i]), vectorized like combine_to.
-template <class T, class Op>
-inline void combine_into(T* GRADSYNC_RESTRICT dst, const T* GRADSYNC_RESTRICT src, std::size_t n,
-                         Op) {
-  const kernels::combine_fn<T, Op> f{};
-  constexpr std::size_t w = 64 / sizeof(T);
-  std::size_t i = 0;
-  for (; i + w <= n; i += w) {
-    for (std::size_t k = 0; k < w; ++k) dst[i + k] = f(dst[i + k], src[i + k]);
-  }
-  for (; i < n; ++i) dst[i] = f(dst[i], src[i]);
-}
-
-/// dst = src(0) (+) src(1) (+) ... (+) src(n-1), combined in exactly this order.
-/// `src(j)` returns rank j's copy; none of them may overlap dst.
-template <class T, class Op, class Src>
-void reduce_rank_order(T* dst, Src&& src, std::size_t nsrc, std::size_t count, Op op) {
-  constexpr std::size_t blk = std::max<std::size_t>(1, direct_block_bytes / sizeof(T));
-  for (std::size_t off = 0; off < count; off += blk) {
-    const std::size_t len = std::min(blk, count - off);
-    if (nsrc == 1) {
-      std::memcpy(dst + off, src(0) + off, len * sizeof(T));
-      continue;
-    }
-    combine_to(dst + off, src(0) + off, src(1) + off, len, op);
-    for (std::size_t j = 2; j < nsrc; ++j) combine_into(dst + off, src(j) + off, len, op);
-  }
-}
-
-/// Throws errc::mismatch (with agree()'s wording) unless every header equals rank 0's.
-inline void compare_headers(const std::byte* const* hdr, std::size_t n, std::size_t rank,
-                            std::uint64_t seq) {
-  bool same = true;
-  for (std::size_t i = 1; i < n && same; ++i)
-    same = std::memcmp(hdr[i], hdr[0], sizeof(call_header)) == 0;
-  if (same) return;
-  call_header ref, h;
-  std::memcpy(&ref, hdr[0], sizeof ref);
-  std::string diffs;
-  std::size_t ndiff = 0;
-  for (std::size_t i = 1; i < n; ++i) {
-    std::memcpy(&h, hdr[i], sizeof h);
-    const std::string what = gradsync::detail::first_difference(ref, h);
-    if (what.empty() || ndiff++ >= 8) continue;
-    diffs += "\n  rank " + std::to_string(i) + " differs from rank 0 in " + what +
-             " [rank 0: " + gradsync::detail::describe(ref) + "; rank " + std::to_string(i) + ": " +
-             gradsync::detail::describe(h) + "]";
-  }
-  throw error(errc::mismatch, {rank, error_site::npos, seq},
-              "ranks called allreduce with different arguments (" + std::to_string(ndiff) +
-                  " rank(s) differ from rank 0):" + diffs);
-}
-
-/// One direct call on one rank: the header round, chunk stages, and the final flag.
-template <class Tr, class T, class Op>
-class direct_call {
- public:
-  direct_call(Tr& t, std::span<T> data, const call_context& ctx)
-      : t_(t),
-        data_(data.data()),
-        count_(data.size()),
-        ctx_(ctx),
-        n_(t.size()),
-        r_(t.rank()),
-        parity_(static_cast<unsigned>(ctx.seq & 1)) {}
-
-  std::size_t inline_capacity() const {
-    return (t_.slot_bytes() - sizeof(call_header)) / sizeof(T);
-  }
-  std::size_t half_elems() const { return t_.exchange_bytes() / 2 / sizeof(T); }
-  std::size_t third_stride() const { return t_.exchange_bytes() / 3 / 64 * 64; }
-  std::size_t third_elems() const { return third_stride() / sizeof(T); }
-  T* third(std::size_t rank, std::size_t chunk) {
-    return reinterpret_cast<T*>(t_.exchange(rank) + (chunk % 3) * third_stride());
-  }
-  T* half(std::size_t rank, std::size_t chunk) {
-    return reinterpret_cast<T*>(t_.exchange(rank) + (chunk & 1) * (t_.exchange_bytes() / 2));
-  }
-  T* payload(std::size_t rank) {
-    return reinterpret_cast<T*>(t_.slot(rank, parity_) + sizeof(call_header));
-  }
-
-  /// The header round; with `with_payload` the whole input travels inline too.
-  void open(std::string_view algo, bool with_payload) {
-    const std::uint64_t stamp = ctx_.seq + 1;
-    // Slot reuse: when the previous call was not a direct call, a peer may still be
-    // reading this slot's last contents; wait for it to have finished that call.
-    const std::uint64_t last = t_.flag(r_, parity_);
-    if (last != 0 && t_.flag(r_, parity_ ^ 1u) != ctx_.seq)
-      t_.wait_flags(flag_done, last, ctx_.until);
-    const call_header h = call_header::make(ctx_.seq, count_, dtype_of<T>::value, Op::id, algo);
-    std::memcpy(t_.slot(r_, parity_), &h, sizeof h);
-    if (with_payload) std::memcpy(payload(r_), data_, count_ * sizeof(T));
-    t_.post_flag(parity_, stamp);
-    t_.wait_flags(parity_, stamp, ctx_.until);
-    const std::byte* stack_hdr[16];
-    std::vector<const std::byte*> heap_hdr;
-    const std::byte** hdr = stack_hdr;
-    if (n_ > 16) {
-      heap_hdr.resize(n_);
-      hdr = heap_hdr.data();
-    }
-    for (std::size_t i = 0; i < n_; ++i) hdr[i] = t_.slot(i, parity_);
-    try {
-      compare_headers(hdr, n_, r_, ctx_.seq);
-    } catch (...) {
-      close();  // nobody reads the slots any more: let a later call reuse them
-      throw;
-    }
-  }
-  void close() { t_.post_flag(flag_done, ctx_.seq + 1); }
-
-  /// Posts chunk step `step` (>= 1) of this call and waits until every rank has.
-  void barrier(std::uint64_t step) {
-    const std::uint64_t v = ((ctx_.seq + 1) << 32) | step;
-    t_.post_flag(flag_stage, v);
-    t_.wait_flags(flag_stage, v, ctx_.until);
-  }
-
-  void finalize(T* p, std::size_t len, Op op) { kernels::finalize(p, len, n_, op); }
-
-  Tr& t_;
-  T* data_;
-  std::size_t count_;
-  const call_context& ctx_;
-  std::size_t n_, r_;
-  unsigned parity_;
-};
-
-template <class Tr>
-constexpr void check_direct_transport() {
-  static_assert(peer_memory_transport<Tr>,
-                "gradsync: algo::direct_one_shot/direct_two_shot read the peers' memory and need "
-                "a transport that exposes it (peer_memory_transport: transport::shm); use "
-                "algo::ring or algo::auto_select with this transport");
-  static_assert(Tr::memory == memory_space::host,
-                "gradsync: algo::direct_* reduces with host loops; for device memory use the "
-                "transport's own algorithms (algo::ring over nccl, or cuda_ipc's kernels)");
-}
-
-}  // namespace detail
 
 /// One-shot: each rank reduces the whole vector from every rank's copy. One flag round
 /// per call while the input fits a slot (transport::shm: 32 KiB), else per chunk.
@@ -299,14 +87,16 @@ struct direct_two_shot {
     detail::direct_call<Tr, T, Op> c(t, data, ctx);
     const std::size_t n = c.n_, r = c.r_;
     if (n == 1) return c.finalize(c.data_, c.count_, op);
-    c.open(name, false);
+    const bool stream = c.count_ * sizeof(T) >= detail::direct_stream_min_bytes;
+    const std::uint64_t note = detail::registered_note(c);
+    c.open(name, false, &note, sizeof note);
+    if (detail::all_registered(c)) return detail::two_shot_registered(c, op, stream);
     // Chunks rotate through thirds of the staging buffer, so that staging chunk k+1 and
     // publishing the reduced slices of chunk k share one barrier: when a rank stages
     // chunk k+1 into third (k+1)%3, every peer has passed the barrier after chunk k-1,
     // so it has finished gathering chunk k-2, the last user of that third.
     const std::size_t chunk = c.third_elems();
     const std::size_t chunks = (c.count_ + chunk - 1) / chunk;
-    const bool stream = c.count_ * sizeof(T) >= detail::direct_stream_min_bytes;
     auto len_of = [&](std::size_t k) { return std::min(chunk, c.count_ - k * chunk); };
     auto stage = [&](std::size_t k) {  // copy the slices the others reduce
       const std::size_t len = len_of(k);

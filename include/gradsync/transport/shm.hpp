@@ -40,13 +40,17 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <span>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/shm_heap.hpp"
 #include "gradsync/transport/shm_p2p.hpp"
 #include "gradsync/transport/shm_segment.hpp"
 #include "gradsync/transport/shm_wait.hpp"
@@ -61,13 +65,17 @@ struct shm_options {
   std::size_t slot_bytes = 32 << 10;      ///< inline payload per rank (one-shot without staging)
   std::size_t ring_bytes = 512 << 10;     ///< byte ring per ordered pair (isend/irecv)
   std::size_t exchange_bytes = 16 << 20;  ///< staging buffer per rank (two halves)
+  std::size_t heap_bytes = 0;             ///< registered buffers per rank (shm::allocate)
   seconds_d bootstrap_timeout{-1.0};      ///< < 0: default_timeout() (GRADSYNC_TIMEOUT)
 
-  /// Reads GRADSYNC_SHM_RANK, GRADSYNC_SHM_SIZE and GRADSYNC_SHM_JOB (all required).
+  /// Reads GRADSYNC_SHM_RANK, GRADSYNC_SHM_SIZE and GRADSYNC_SHM_JOB (all required), and
+  /// GRADSYNC_SHM_HEAP (optional heap_bytes; K, M or G suffix).
   static shm_options from_env() {
     shm_options o;
     o.rank = env_number("GRADSYNC_SHM_RANK");
     o.size = env_number("GRADSYNC_SHM_SIZE");
+    if (const char* h = std::getenv("GRADSYNC_SHM_HEAP"))
+      o.heap_bytes = env_bytes("GRADSYNC_SHM_HEAP", h);
     const char* job = std::getenv("GRADSYNC_SHM_JOB");
     if (!job || !*job) {
       throw error(errc::invalid_argument, {},
@@ -79,6 +87,18 @@ struct shm_options {
   }
 
  private:
+  static std::size_t env_bytes(const char* var, const char* s) {
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(s, &end, 10);
+    const std::string unit = end ? end : "";
+    if (end == s || (unit != "" && unit != "K" && unit != "M" && unit != "G")) {
+      throw error(errc::invalid_argument, {},
+                  std::string(var) +
+                      " must be a byte count with an optional K, M or G suffix, got '" + s + "'");
+    }
+    const int shift = unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : 0;
+    return static_cast<std::size_t>(v << shift);
+  }
   static std::size_t env_number(const char* var) {
     const char* s = std::getenv(var);
     char* end = nullptr;
@@ -105,6 +125,7 @@ class shm_state {
         rank_(o.rank),
         size_(o.size),
         p2p_(seg_, o.rank),
+        heap_(seg_.layout().geo.heap_bytes),
         budget_(spin_budget::for_group(o.size)) {}
 
   ~shm_state() {
@@ -126,12 +147,14 @@ class shm_state {
     }
     return {o.size, round_up(o.slot_bytes, cache_line),
             round_up(std::max<std::size_t>(o.ring_bytes, 4096), page_bytes),
-            round_up(std::max<std::size_t>(o.exchange_bytes, 2 * page_bytes), 2 * page_bytes)};
+            round_up(std::max<std::size_t>(o.exchange_bytes, 2 * page_bytes), 2 * page_bytes),
+            round_up(o.heap_bytes, page_bytes)};
   }
 
   shm_segment seg_;
   std::size_t rank_, size_;
   shm_p2p p2p_;
+  shm_heap heap_;
   spin_budget budget_;
   std::uint64_t seq_ = 0;
   bool broken_ = false;
@@ -241,6 +264,87 @@ class shm {
     std::shared_ptr<detail::p2p_op> op_;
     detail::shm_state* st_ = nullptr;
   };
+
+  /// A registered buffer of T in this rank's heap (see allocate); move-only, released
+  /// on destruction. It must not outlive its transport (the heap is unmapped with it).
+  template <class T>
+  class buffer {
+   public:
+    buffer() = default;
+    buffer(buffer&& o) noexcept : st_(o.st_), data_(o.data_), count_(o.count_) {
+      o.st_ = nullptr;
+      o.data_ = nullptr;
+      o.count_ = 0;
+    }
+    buffer& operator=(buffer&& o) noexcept {
+      if (this != &o) {
+        reset();
+        std::swap(st_, o.st_);
+        std::swap(data_, o.data_);
+        std::swap(count_, o.count_);
+      }
+      return *this;
+    }
+    ~buffer() { reset(); }
+    T* data() const { return data_; }
+    std::size_t size() const { return count_; }
+    std::span<T> span() const { return {data_, count_}; }
+    operator std::span<T>() const { return span(); }
+    T& operator[](std::size_t i) const { return data_[i]; }
+    /// Gives the memory back to the heap now.
+    void reset() {
+      if (st_ && data_) {
+        st_->heap_.release(static_cast<std::size_t>(reinterpret_cast<std::byte*>(data_) -
+                                                    st_->seg_.heap(st_->rank_)));
+      }
+      st_ = nullptr;
+      data_ = nullptr;
+      count_ = 0;
+    }
+
+   private:
+    friend class shm;
+    detail::shm_state* st_ = nullptr;
+    T* data_ = nullptr;
+    std::size_t count_ = 0;
+  };
+
+  /// `count` elements of T in this rank's heap (shm_options::heap_bytes, zero-filled on
+  /// first use). Peers map the heap: when every rank passes a registered buffer to
+  /// algo::direct_two_shot (or auto_select above one-shot sizes), ranks read each
+  /// other's buffers in place instead of staging them. Not collective.
+  template <class T>
+  buffer<T> allocate(std::size_t count) {
+    static_assert(std::is_trivially_copyable_v<T>,
+                  "gradsync: shm::allocate holds trivially copyable element types only");
+    buffer<T> b;
+    if (count == 0) return b;
+    if (count > st_->heap_.capacity() / sizeof(T)) {
+      throw error(errc::invalid_argument, st_->site(error_site::npos),
+                  "shm::allocate of " + std::to_string(count) + " elements of " +
+                      std::to_string(sizeof(T)) + " bytes exceeds this rank's heap of " +
+                      std::to_string(st_->heap_.capacity()) +
+                      " bytes; raise shm_options::heap_bytes (GRADSYNC_SHM_HEAP)");
+    }
+    const std::size_t off = st_->heap_.allocate(count * sizeof(T));
+    b.st_ = st_.get();
+    b.data_ = reinterpret_cast<T*>(st_->seg_.heap(st_->rank_) + off);
+    b.count_ = count;
+    return b;
+  }
+  /// Bytes of each rank's heap.
+  std::size_t heap_bytes() const { return st_->seg_.layout().geo.heap_bytes; }
+  /// Where [p, p + bytes) lies in this rank's heap, or npos when it does not.
+  std::size_t registered_offset(const void* p, std::size_t bytes) const {
+    const auto* b = static_cast<const std::byte*>(p);
+    const std::byte* h = st_->seg_.heap(st_->rank_);
+    if (b < h || bytes > heap_bytes() || b - h > static_cast<std::ptrdiff_t>(heap_bytes() - bytes))
+      return npos;
+    return static_cast<std::size_t>(b - h);
+  }
+  /// Rank i's heap, mapped in this process.
+  const std::byte* heap(std::size_t i) const { return st_->seg_.heap(i); }
+  static constexpr std::size_t npos = ~std::size_t{0};
 
   /// Joins (rank 0: creates) the segment of `o.job`; returns once every rank attached.
   explicit shm(const shm_options& o) : st_(std::make_unique<detail::shm_state>(o)) {}

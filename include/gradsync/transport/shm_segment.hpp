@@ -48,11 +48,12 @@ struct shm_geometry {
   std::uint64_t slot_bytes = 0;      // per rank and parity: call header + inline payload
   std::uint64_t ring_bytes = 0;      // per ordered pair of ranks (point-to-point stream)
   std::uint64_t exchange_bytes = 0;  // per rank: the direct algorithms' staging buffer
+  std::uint64_t heap_bytes = 0;      // per rank: registered buffers peers read in place
 };
 
 /// First page of the segment.
 struct seg_header {
-  static constexpr std::uint64_t magic_value = 0x31534d4853475247ull;  // "GRGSHMS1"
+  static constexpr std::uint64_t magic_value = 0x32534d4853475247ull;  // "GRGSHMS2"
   std::uint64_t magic;  // written last by the creator (release): the layout is ready
   shm_geometry geo;
   std::uint64_t total_bytes;
@@ -96,6 +97,7 @@ struct shm_layout {
   std::size_t slot_stride = 0;  // bytes per slot (head + payload), line-aligned
   std::size_t ring_stride = 0, ring_off = 0;
   std::size_t exch_off = 0;
+  std::size_t heap_off = 0;  // everything before it is touched at mapping time
   std::size_t total = 0;
 
   explicit shm_layout(const shm_geometry& g) : geo(g) {
@@ -105,7 +107,8 @@ struct shm_layout {
     ring_stride = round_up(sizeof(ring_ctl) + g.ring_bytes, page_bytes);
     ring_off = ctl_off + g.ranks * ctl_stride;
     exch_off = ring_off + g.ranks * g.ranks * ring_stride;  // the diagonal stays unused
-    total = exch_off + g.ranks * round_up(g.exchange_bytes, page_bytes);
+    heap_off = exch_off + g.ranks * round_up(g.exchange_bytes, page_bytes);
+    total = heap_off + g.ranks * round_up(g.heap_bytes, page_bytes);
   }
 };
 
@@ -200,9 +203,18 @@ class shm_segment {
   std::byte* exchange(std::size_t r) const {
     return base_ + layout_.exch_off + r * round_up(layout_.geo.exchange_bytes, page_bytes);
   }
+  std::byte* heap(std::size_t r) const {
+    return base_ + layout_.heap_off + r * round_up(layout_.geo.heap_bytes, page_bytes);
+  }
 
  private:
   seg_header& header() const { return *reinterpret_cast<seg_header*>(base_); }
+
+  static std::string describe(const shm_geometry& g) {
+    return std::to_string(g.ranks) + " ranks (slot " + std::to_string(g.slot_bytes) + ", ring " +
+           std::to_string(g.ring_bytes) + ", exchange " + std::to_string(g.exchange_bytes) +
+           ", heap " + std::to_string(g.heap_bytes) + " bytes)";
+  }
 
   [[noreturn]] void fail(errc code, const std::string& what) const {
     throw error(code, {rank_, error_site::npos, ~std::uint64_t{0}},
@@ -212,8 +224,20 @@ class shm_segment {
     fail(errc::transport, std::string(call) + " failed: " + std::strerror(errno));
   }
 
+  // Maps the whole segment; pre-faults everything but the heaps, whose pages are only
+  // allocated when their owner first writes them.
   void map(int fd, std::size_t bytes) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED && layout_.heap_off > 0) {
+      void* q = ::mmap(p, layout_.heap_off, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0);
+      if (q == MAP_FAILED) {
+        const int e = errno;
+        ::munmap(p, bytes);
+        errno = e;
+        p = MAP_FAILED;
+      }
+    }
     if (p == MAP_FAILED) {
       const int e = errno;
       ::close(fd);
@@ -262,15 +286,17 @@ class shm_segment {
           ::close(fd);
           fail(errc::transport, "is not private to this user (owner or mode differ from 0600)");
         }
-        if (static_cast<std::size_t>(st.st_size) >= layout_.total) {
-          map(fd, layout_.total);
-          if (shared_word(header().magic).load(std::memory_order_acquire) ==
-              seg_header::magic_value) {
+        if (static_cast<std::size_t>(st.st_size) >= page_bytes && header_ready(fd)) {
+          // Rank 0 finished its layout: compare its sizes before mapping them all.
+          if (static_cast<std::size_t>(st.st_size) >= layout_.total) {
+            map(fd, layout_.total);
             ::close(fd);
             break;
           }
-          ::munmap(base_, layout_.total);
-          base_ = nullptr;
+          ::close(fd);
+          fail(errc::mismatch, "rank 0 created it for a different layout (" +
+                                   std::to_string(st.st_size) + " bytes, this rank expects " +
+                                   std::to_string(layout_.total) + ")");
         }
       }
       if (until.expired()) {
@@ -281,17 +307,37 @@ class shm_segment {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    const shm_geometry& g = header().geo;
+    check_geometry(header().geo);
+  }
+
+  // True once rank 0 has published the header; throws errc::mismatch (closing fd) when
+  // its geometry differs from this rank's.
+  bool header_ready(int fd) {
+    void* p = ::mmap(nullptr, page_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return false;
+    auto* h = static_cast<seg_header*>(p);
+    const bool ready =
+        shared_word(h->magic).load(std::memory_order_acquire) == seg_header::magic_value;
+    const shm_geometry g = h->geo;
+    ::munmap(p, page_bytes);
+    if (ready) {
+      try {
+        check_geometry(g);
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
+    }
+    return ready;
+  }
+
+  void check_geometry(const shm_geometry& g) const {
     if (g.ranks != layout_.geo.ranks || g.slot_bytes != layout_.geo.slot_bytes ||
-        g.ring_bytes != layout_.geo.ring_bytes || g.exchange_bytes != layout_.geo.exchange_bytes) {
-      fail(errc::mismatch, "rank 0 created it for " + std::to_string(g.ranks) + " ranks (slot " +
-                               std::to_string(g.slot_bytes) + ", ring " +
-                               std::to_string(g.ring_bytes) + ", exchange " +
-                               std::to_string(g.exchange_bytes) + " bytes) but this rank expects " +
-                               std::to_string(layout_.geo.ranks) + " ranks (slot " +
-                               std::to_string(layout_.geo.slot_bytes) + ", ring " +
-                               std::to_string(layout_.geo.ring_bytes) + ", exchange " +
-                               std::to_string(layout_.geo.exchange_bytes) + ")");
+        g.ring_bytes != layout_.geo.ring_bytes || g.exchange_bytes != layout_.geo.exchange_bytes ||
+        g.heap_bytes != layout_.geo.heap_bytes) {
+      fail(errc::mismatch, "rank 0 created it for " + describe(g) + " but this rank expects " +
+                               describe(layout_.geo) +
+                               " (every rank must pass the same shm_options sizes)");
     }
   }
 

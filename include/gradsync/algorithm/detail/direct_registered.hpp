@@ -1,0 +1,98 @@
+// algo::direct_two_shot on registered buffers: when every rank's vector lies in its
+// transport heap (transport::shm::allocate), ranks read each other's vectors in place
+// instead of staging them through the segment. Per rank and call that moves
+// (3n-1)S/n bytes through memory instead of (5n-1)S/n (docs/performance.md).
+//
+//   open    every rank publishes where its vector lies in its heap (or npos) with its
+//           call header; all ranks see all notes, so they all pick the same path.
+//   reduce  rank r combines slice r of every rank's vector in rank order 0..n-1 (in
+//           L1-sized blocks) and writes it into its own vector; stage barrier.
+//   gather  rank r copies every other slice, already reduced, from its owner's vector
+//           into its own; stage barrier (after it no peer reads this rank's vector).
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "gradsync/algorithm/detail/direct_call.hpp"
+#include "gradsync/algorithm/detail/partition.hpp"
+
+namespace gradsync::algo::detail {
+
+/// A peer-memory transport whose ranks can place vectors in a heap every peer maps.
+template <class Tr>
+concept registered_memory_transport = requires(const Tr& ct, const void* p, std::size_t i,
+                                               std::size_t b) {
+  { ct.registered_offset(p, b) } -> std::same_as<std::size_t>;  // offset in own heap
+  { ct.heap(i) } -> std::same_as<const std::byte*>;             // rank i's heap
+  { Tr::npos } -> std::convertible_to<std::size_t>;             // "not registered"
+};
+
+/// The workspace slot of the reduce block.
+inline constexpr std::size_t registered_scratch_slot = 5;
+
+/// What each rank publishes in its slot payload: its vector's offset in its heap.
+template <class Tr, class T, class Op>
+std::uint64_t registered_note(direct_call<Tr, T, Op>& c) {
+  if constexpr (registered_memory_transport<Tr>) {
+    return c.t_.registered_offset(c.data_, c.count_ * sizeof(T));
+  } else {
+    (void)c;
+    return ~std::uint64_t{0};
+  }
+}
+
+/// After open(): whether every rank's vector is registered (the same answer everywhere).
+template <class Tr, class T, class Op>
+bool all_registered(direct_call<Tr, T, Op>& c) {
+  for (std::size_t j = 0; j < c.n_; ++j) {
+    std::uint64_t off;
+    std::memcpy(&off, c.payload_bytes(j), sizeof off);
+    if (off == ~std::uint64_t{0}) return false;
+  }
+  return true;
+}
+
+/// The reduce and gather phases on registered vectors (see the file comment); ends
+/// with close(). `stream`: write gathered slices with non-temporal stores.
+template <class Tr, class T, class Op>
+void two_shot_registered(direct_call<Tr, T, Op>& c, Op op, bool stream) {
+  if constexpr (registered_memory_transport<Tr>) {
+    Tr& t = c.t_;
+    const std::size_t n = c.n_, r = c.r_;
+    auto vec = [&](std::size_t j) -> const T* {
+      if (j == r) return c.data_;
+      std::uint64_t off;
+      std::memcpy(&off, c.payload_bytes(j), sizeof off);
+      return reinterpret_cast<const T*>(t.heap(j) + off);
+    };
+    constexpr std::size_t blk = std::max<std::size_t>(1, direct_block_bytes / sizeof(T));
+    T* tmp = static_cast<T*>(t.scratch().get(registered_scratch_slot, blk * sizeof(T)));
+    const range my = part(c.count_, n, r);
+    for (std::size_t off = 0; off < my.count; off += blk) {
+      const std::size_t len = std::min(blk, my.count - off);
+      const std::size_t at = my.offset + off;
+      // Combined into an L1 block first: the own vector is one of the sources.
+      reduce_rank_order(
+          tmp, [&](std::size_t j) { return vec(j) + at; }, n, len, op);
+      c.finalize(tmp, len, op);
+      std::memcpy(c.data_ + at, tmp, len * sizeof(T));
+    }
+    c.barrier(1);
+    for (std::size_t i = 1; i < n; ++i) {  // start after this rank: spread the readers
+      const std::size_t owner = (r + i) % n;
+      const range s = part(c.count_, n, owner);
+      copy_out(c.data_ + s.offset, vec(owner) + s.offset, s.count * sizeof(T), stream);
+    }
+    if (stream) stream_fence();
+    c.barrier(2);
+    c.close();
+  } else {
+    (void)c, (void)op, (void)stream;
+  }
+}
+
+}  // namespace gradsync::algo::detail
