@@ -194,7 +194,14 @@ int main(int argc, char** argv) {
     try {
       for (const auto& name : o.transports) {
         if (name == "shm") {
-          auto t = gs::transport::shm_from_mpi(MPI_COMM_WORLD);
+          // A heap for the allreducers' arenas (zero-copy home, packed staging): placed
+          // there, peers read the buckets in place (gradsync/detail/arena_placement.hpp).
+          gs::transport::shm_options base;
+          for (const auto& m : o.models)
+            base.heap_bytes =
+                std::max(base.heap_bytes, 3 * model_named(m, o).params() * sizeof(float));
+          base.heap_bytes += 16 << 20;
+          gs::transport::shm t(gs::transport::shm_options_from_mpi(MPI_COMM_WORLD, base));
           run_transport(t, g, o, name, rows);
         } else if (name == "mpi") {
           gs::transport::mpi t(MPI_COMM_WORLD);

@@ -50,7 +50,14 @@ std::string read_all(int fd) {
 /// One rank's whole run over shm; "final ..." or "error <what>".
 std::string shm_rank(const run_context& ctx, std::size_t rank, const std::string& job) {
   try {
-    gradsync::transport::shm t(rank, ctx.cfg.ranks, job);
+    gradsync::transport::shm_options o;
+    o.rank = rank;
+    o.size = ctx.cfg.ranks;
+    o.job = job;
+    // Room for the allreducer's arena (the MLP's gradients are under 1 MiB): fused
+    // buckets placed there are read by the peers in place.
+    o.heap_bytes = 16 << 20;
+    gradsync::transport::shm t(o);
     return dispatch(t, ctx);
   } catch (const usage_error& e) {
     return std::string("usage ") + e.what();

@@ -13,6 +13,7 @@
 #include <gradsync/gradsync.hpp>
 #include <gradsync/algorithm/native.hpp>
 #include <gradsync/transport/mpi.hpp>
+#include <gradsync/algorithm/direct.hpp>
 #include <gradsync/transport/shm_mpi.hpp>
 
 #include "fusion_helpers.hpp"
@@ -95,6 +96,48 @@ GS_MPI_TEST("fusion shm: bucket, zero-copy and grouped, ring and auto (direct)",
       t, "shm auto bucket");
   model_steps<gs::transport::shm, gs::algo::auto_select, gs::fusion::zero_copy<32 << 10>>(
       t, "shm auto zero-copy");
+}
+
+GS_MPI_TEST("fusion shm with a heap: arenas placed there, peers read buckets in place", 120) {
+  gs::transport::shm_options base;
+  base.heap_bytes = 8 << 20;
+  gs::transport::shm t(gs::transport::shm_options_from_mpi(MPI_COMM_WORLD, base));
+  model_steps<gs::transport::shm, gs::algo::direct_two_shot, gs::fusion::bucket<64 << 10>>(
+      t, "shm heap two-shot bucket");
+  model_steps<gs::transport::shm, gs::algo::direct_two_shot, gs::fusion::zero_copy<32 << 10>>(
+      t, "shm heap two-shot zero-copy");
+  model_steps<gs::transport::shm, gs::algo::auto_select, gs::fusion::zero_copy<1 << 20>>(
+      t, "shm heap auto zero-copy");
+  // The zero-copy arena is in this rank's heap (registered), and released with its
+  // allreducer: the whole heap is free again afterwards.
+  {
+    gs::allreducer<gs::transport::shm, gs::algo::direct_two_shot, gs::fusion::zero_copy<1 << 20>>
+        ar(t);
+    ar.add<float>(1000);
+    ar.add<float>(3000);
+    ar.commit(gs::op::sum);
+    const auto v = ar.view<float>(1);
+    GS_CHECK_MSG(
+        t.registered_offset(v.data(), v.size() * sizeof(float)) != gs::transport::shm::npos,
+        "zero-copy arena is not in the shm heap");
+  }
+  auto whole = t.allocate<std::byte>(8 << 20);
+  GS_CHECK_MSG(whole.size() == (8u << 20), "heap not fully released by the allreducers");
+}
+
+GS_MPI_TEST("fusion shm with a heap too small: arenas fall back to private memory", 60) {
+  gs::transport::shm_options base;
+  base.heap_bytes = 4096;
+  gs::transport::shm t(gs::transport::shm_options_from_mpi(MPI_COMM_WORLD, base));
+  model_steps<gs::transport::shm, gs::algo::direct_two_shot, gs::fusion::zero_copy<32 << 10>>(
+      t, "shm small-heap two-shot zero-copy");
+  gs::allreducer<gs::transport::shm, gs::algo::direct_two_shot, gs::fusion::zero_copy<1 << 20>> ar(
+      t);
+  ar.add<float>(100000);
+  ar.commit(gs::op::sum);
+  const auto v = ar.view<float>(0);
+  GS_CHECK_MSG(t.registered_offset(v.data(), v.size() * sizeof(float)) == gs::transport::shm::npos,
+               "a 400 KB arena cannot be in a 4 KiB heap");
 }
 
 GS_MPI_TEST("fusion mpi: a plan mismatch names the first differing tensor on every rank", 60) {

@@ -25,6 +25,7 @@
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/log.hpp"
 #include "gradsync/detail/thread_level.hpp"
+#include "gradsync/detail/arena_placement.hpp"
 #include "gradsync/fusion/arena.hpp"
 #include "gradsync/fusion/concept.hpp"
 #include "gradsync/fusion/plan.hpp"
@@ -100,7 +101,7 @@ class batch_runner {
     const bool need_layout = fusion::is_zero_copy_v<Fusion> ||
                              std::any_of(plan_.buckets.begin(), plan_.buckets.end(),
                                          [](const auto& b) { return b.tensors.size() > 1; });
-    if (need_layout) arena_.resize(plan_.layout_bytes);
+    if (need_layout) place_arena(t_, arena_, plan_.layout_bytes);
     if constexpr (fusion::is_zero_copy_v<Fusion>) {
       for (std::size_t i = 0; i < descs_.size(); ++i)
         ptrs_[i] = arena_.data() + plan_.tensor_offset[i];
@@ -369,7 +370,7 @@ class batch_runner {
     } else {
       a = std::make_shared<fusion::arena>();
     }
-    if (a->size() < bytes) a->resize(bytes);
+    if (a->size() < bytes) place_arena(t_, *a, bytes);
     return a;
   }
   void release_staging(std::shared_ptr<fusion::arena> a) {
