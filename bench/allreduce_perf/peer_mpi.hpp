@@ -14,48 +14,11 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/kernels/host.hpp"
+#include "gradsync/transport/mpi_types.hpp"
 #include "options.hpp"
 #include "sweep.hpp"
 
 namespace gradsync::bench {
-
-namespace detail {
-/// MPI user op for element types MPI lacks: inout[i] = combine(inout[i], in[i]).
-template <class T, class Op>
-void mpi_user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
-  kernels::reduce_into(static_cast<T*>(inout), static_cast<const T*>(in),
-                       static_cast<std::size_t>(*len), Op{});
-}
-
-template <class T>
-MPI_Datatype mpi_type() {
-  if constexpr (std::is_same_v<T, float>)
-    return MPI_FLOAT;
-  else if constexpr (std::is_same_v<T, double>)
-    return MPI_DOUBLE;
-  else if constexpr (std::is_same_v<T, std::int32_t>)
-    return MPI_INT32_T;
-  else if constexpr (std::is_same_v<T, std::int64_t>)
-    return MPI_INT64_T;
-  else
-    return MPI_UINT16_T;  // half, bfloat16: reduced by a user op
-}
-
-inline MPI_Op mpi_builtin_op(reduce_op o) {
-  switch (o) {
-    case reduce_op::prod:
-      return MPI_PROD;
-    case reduce_op::min:
-      return MPI_MIN;
-    case reduce_op::max:
-      return MPI_MAX;
-    case reduce_op::sum:
-    case reduce_op::avg:
-      break;
-  }
-  return MPI_SUM;
-}
-}  // namespace detail
 
 /// Sweeps MPI_Allreduce over the ranks of `g`; returns the number of wrong elements.
 inline std::uint64_t run_mpi_peer(mpi_group& g, const options& o, csv_writer& csv,
@@ -68,13 +31,14 @@ inline std::uint64_t run_mpi_peer(mpi_group& g, const options& o, csv_writer& cs
       if constexpr (Op::id == reduce_op::avg && !is_floating_element_v<T>) {
         throw std::invalid_argument("op avg needs a floating-point type");
       } else {
-        constexpr bool builtin = !std::is_same_v<T, half> && !std::is_same_v<T, bfloat16>;
+        constexpr bool builtin = !transport::detail::needs_user_op_v<T>;
         using reduce_t = std::conditional_t<Op::id == reduce_op::avg, op::sum_t, Op>;
-        MPI_Op mop = detail::mpi_builtin_op(o.op);
+        MPI_Op mop = transport::detail::builtin_mpi_op(o.op);
         if constexpr (!builtin) {
-          MPI_Op_create(&detail::mpi_user_reduce<T, reduce_t>, 1, &mop);
+          MPI_Op_create(&transport::detail::mpi_user_reduce<T, reduce_t>, 1, &mop);
         }
-        const MPI_Datatype mt = detail::mpi_type<T>();
+        // half and bfloat16 travel as 16-bit words, reduced by the user op.
+        const MPI_Datatype mt = builtin ? transport::detail::builtin_mpi_type<T>() : MPI_UINT16_T;
         const MPI_Comm comm = g.comm();
         const std::size_t n = g.size();
         subject<T> s;
