@@ -154,3 +154,34 @@ TEST_CASE("statistics: per call and cumulative, and a one-line summary") {
     CHECK(lines[r].find('\n') == std::string::npos);
   }
 }
+
+TEST_CASE("statistics: auto_select reports what it chose per bucket") {
+  gs::testbed::watchdog wd(60, "stats chosen");
+  std::vector<std::string> chosen(2), lines(2), fixed(2);
+  gs::transport::run_local(2, [&](local& t) {
+    // Grouped call in registration order, buckets of at most 1 MiB: 256 KiB + 64 B
+    // tensors make one 256 KiB-ish bucket each, and a 4 MiB tensor a bucket of its own.
+    gs::allreducer<local, gs::algo::auto_select, gs::fusion::bucket<1 << 20>> ar(t);
+    std::vector<float> big(1 << 20), mid(1 << 16), tiny(16);
+    std::vector<std::span<float>> ts{std::span<float>(big), std::span<float>(mid),
+                                     std::span<float>(tiny)};
+    ar.allreduce(ts, gs::op::sum);
+    const auto s = ar.last_stats();
+    CHECK(s.algorithm == "auto");
+    // The same rule the run used, asked directly for each bucket's size.
+    const std::string big_c(gs::algo::auto_select::choice<local>(4u << 20, 2));
+    const std::string rest_c(gs::algo::auto_select::choice<local>((1u << 18) + 64, 2));
+    const std::string want = big_c == rest_c ? big_c + " x2" : big_c + " x1, " + rest_c + " x1";
+    chosen[t.rank()] = s.chosen;
+    fixed[t.rank()] = want;
+    lines[t.rank()] = ar.summary();
+    gs::allreducer<local, gs::algo::ring, gs::fusion::none> plain(t);
+    plain.allreduce(std::span<float>(tiny), gs::op::sum);
+    CHECK(plain.last_stats().chosen.empty());  // a fixed algorithm reports nothing extra
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    CAPTURE(lines[r]);
+    CHECK(chosen[r] == fixed[r]);
+    CHECK(lines[r].find("auto[" + fixed[r] + "]+bucket") != std::string::npos);
+  }
+}

@@ -177,3 +177,21 @@ TEST_CASE("shm heap: ranks passing different heap sizes get a mismatch naming bo
   CHECK(out[1].what.find("heap 1048576 bytes") != std::string::npos);
   CHECK(out[1].what.find("heap 2097152 bytes") != std::string::npos);
 }
+
+TEST_CASE("shm: a segment larger than the free shared memory is refused by name") {
+  gs::transport::shm_options o;
+  o.rank = 0;
+  o.size = 1;
+  o.job = gs::testbed::unique_job("toobig");
+  o.heap_bytes = std::size_t{1} << 42;  // 4 TiB: more than any test machine's /dev/shm
+  try {
+    gs::transport::shm t(o);
+    FAIL("a 4 TiB segment was created");
+  } catch (const gs::error& e) {
+    CAPTURE(e.what());
+    CHECK(e.code() == gs::errc::transport);
+    CHECK(std::string(e.what()).find("bytes free") != std::string::npos);
+    CHECK(std::string(e.what()).find("heap 4398046511104 bytes") != std::string::npos);
+  }
+  CHECK_FALSE(gs::testbed::segment_exists(o.job));
+}

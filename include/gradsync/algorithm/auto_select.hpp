@@ -89,7 +89,21 @@ struct auto_select {
   /// so allreduce() skips its agree() round trip there.
   template <class Tr>
   static constexpr bool checks_headers_on =
-      peer_memory_transport<Tr> && Tr::memory == memory_space::host;
+      peer_memory_transport<Tr>&& Tr::memory == memory_space::host;
+
+  /// On a host peer-memory transport: one-shot up to this size, two-shot above.
+  static constexpr std::size_t one_shot_max_bytes = 256 << 10;
+
+  /// The algorithm run() uses for `bytes` over `n` ranks of Tr (for statistics and
+  /// logs; run() decides with the same rules).
+  template <class Tr>
+  static std::string_view choice(std::size_t bytes, std::size_t n) {
+    if constexpr (peer_memory_transport<Tr> && Tr::memory == memory_space::host) {
+      return bytes <= one_shot_max_bytes ? direct_one_shot::name : direct_two_shot::name;
+    } else {
+      return auto_choice_name(auto_choose(bytes, n));
+    }
+  }
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
@@ -111,7 +125,7 @@ struct auto_select {
         // One-shot (header round + one stage per chunk; inline in the slot up to 32 KiB)
         // wins up to 256 KiB; above, two-shot reads each byte once per rank. Only direct
         // algorithms here: they compare call headers themselves (checks_headers_on).
-        const bool one = bytes <= (256 << 10);
+        const bool one = bytes <= one_shot_max_bytes;
         if (log_enabled(log_level::debug)) {
           log(log_level::debug, t.rank(), "auto_select: %zu bytes, %zu ranks -> %s", bytes, n,
               one ? "direct_one_shot" : "direct_two_shot");

@@ -221,12 +221,41 @@ class batch_runner {
     b.jobs_left = nb;
     b.stats.ranks = t_.size();
     b.stats.algorithm = Algorithm::name;
+    b.stats.chosen = chosen_algorithms(*b.plan);
     b.stats.fusion = Fusion::name;
     b.stats.buckets = nb;
     b.stats.tensors = b.plan->tensor_bucket.size();
     b.stats.bytes_in = b.plan->payload_bytes;
   }
   void finish_empty(batch& b) { fold_stats(b.stats); }
+
+  /// "direct_one_shot x1, direct_two_shot x4" when Algorithm chooses per bucket (it has
+  /// choice<Tr>(bytes, n), as algo::auto_select), else empty.
+  std::string chosen_algorithms(const fusion::plan& p) const {
+    if constexpr (requires {
+                    Algorithm::template choice<Transport>(std::size_t{}, std::size_t{});
+                  }) {
+      std::vector<std::pair<std::string_view, std::size_t>> counts;
+      for (const auto& k : p.buckets) {
+        const std::string_view c = Algorithm::template choice<Transport>(k.bytes(), t_.size());
+        auto it = std::find_if(counts.begin(), counts.end(), [&](auto& e) { return e.first == c; });
+        if (it == counts.end()) {
+          counts.emplace_back(c, 1);
+        } else {
+          ++it->second;
+        }
+      }
+      std::string out;
+      for (const auto& [name, count] : counts) {
+        if (!out.empty()) out += ", ";
+        out += std::string(name) + " x" + std::to_string(count);
+      }
+      return out;
+    } else {
+      (void)p;
+      return {};
+    }
+  }
 
   /// Pack, allreduce and unpack bucket k of `b`; never throws (errors go to b.done).
   void run_bucket(batch& b, std::size_t k, const job_times& jt, observe::track tr) {

@@ -18,9 +18,12 @@ struct call_stats {
   bool wire_measured = true;   ///< false: bytes_wire is the ring model 2(n-1)/n * bytes_in
   std::size_t ranks = 1;       ///< ranks in the group
   std::string_view algorithm;  ///< algorithm name (static storage)
-  std::string_view fusion;     ///< fusion policy name (static storage)
-  double seconds = 0;          ///< first launch to last completion (communication time)
-  double pack_seconds = 0;     ///< time spent packing and unpacking buckets
+  /// What ran per bucket when the algorithm chooses (algo::auto_select), e.g.
+  /// "direct_one_shot x1, direct_two_shot x4"; empty when it is `algorithm` itself.
+  std::string chosen;
+  std::string_view fusion;  ///< fusion policy name (static storage)
+  double seconds = 0;       ///< first launch to last completion (communication time)
+  double pack_seconds = 0;  ///< time spent packing and unpacking buckets
 
   /// Algorithm bandwidth in GB/s: bytes_in / seconds.
   double algbw() const { return seconds > 0 ? static_cast<double>(bytes_in) / seconds / 1e9 : 0; }
@@ -67,10 +70,11 @@ inline std::string summary_line(std::size_t rank, const call_stats& last,
                                 const cumulative_stats& total) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "rank %zu/%zu %.*s+%.*s: last %zu tensors in %zu buckets, %s in, %s wire%s, "
+                "rank %zu/%zu %.*s%s+%.*s: last %zu tensors in %zu buckets, %s in, %s wire%s, "
                 "%.3f ms (pack %.3f ms), algbw %.2f GB/s busbw %.2f GB/s | total %zu calls, %s "
                 "in, %.3f s",
                 rank, last.ranks, static_cast<int>(last.algorithm.size()), last.algorithm.data(),
+                last.chosen.empty() ? "" : ("[" + last.chosen + "]").c_str(),
                 static_cast<int>(last.fusion.size()), last.fusion.data(), last.tensors,
                 last.buckets, detail::human_bytes(static_cast<double>(last.bytes_in)).c_str(),
                 detail::human_bytes(static_cast<double>(last.bytes_wire)).c_str(),

@@ -39,8 +39,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -309,10 +309,10 @@ class shm {
     std::size_t count_ = 0;
   };
 
-  /// `count` elements of T in this rank's heap (shm_options::heap_bytes, zero-filled on
-  /// first use). Peers map the heap: when every rank passes a registered buffer to
-  /// algo::direct_two_shot (or auto_select above one-shot sizes), ranks read each
-  /// other's buffers in place instead of staging them. Not collective.
+  /// `count` elements of T in this rank's heap (shm_options::heap_bytes; fresh pages
+  /// read as zero, reused ones keep what they held). Peers map the heap: when every rank passes a
+  /// registered buffer to algo::direct_two_shot (or auto_select above one-shot sizes), ranks read
+  /// each other's buffers in place instead of staging them. Not collective.
   template <class T>
   buffer<T> allocate(std::size_t count) {
     static_assert(std::is_trivially_copyable_v<T>,

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -258,6 +259,22 @@ class shm_segment {
                  name_);
       }
       fail_errno("shm_open(O_CREAT|O_EXCL)");
+    }
+    // tmpfs allocates pages on first touch: a segment larger than the free space maps
+    // fine and then dies of SIGBUS. Refuse it here, by name (Docker's default /dev/shm
+    // is 64 MiB).
+    struct statvfs vs {};
+    if (::fstatvfs(fd, &vs) == 0 && vs.f_frsize > 0) {
+      const unsigned long long free_bytes = static_cast<unsigned long long>(vs.f_bavail) *
+                                            static_cast<unsigned long long>(vs.f_frsize);
+      if (free_bytes < layout_.total) {
+        ::close(fd);
+        fail(errc::transport, "needs " + std::to_string(layout_.total) + " bytes for " +
+                                  describe(layout_.geo) + " but the shared-memory filesystem has " +
+                                  std::to_string(free_bytes) +
+                                  " bytes free; enlarge /dev/shm (e.g. docker --shm-size) or lower "
+                                  "shm_options::exchange_bytes / heap_bytes");
+      }
     }
     if (::fchmod(fd, 0600) != 0 || ::ftruncate(fd, static_cast<off_t>(layout_.total)) != 0) {
       const int e = errno;
