@@ -31,6 +31,11 @@ static_assert(gs::transport::mpi::name == "mpi");
 static_assert(gs::transport::mpi::memory == gs::memory_space::host);
 static_assert(!gs::transport::mpi::peer_access && gs::transport::mpi::native_allreduce);
 static_assert(gs::algorithm_for<gs::algo::native, gs::transport::mpi>);
+// ring and halving_doubling pipeline 1 MiB segments over MPI, 256 KiB elsewhere (the
+// matrix's 2^20+7 doubles on 2 ranks then cycle through more segments than in flight).
+static_assert(gs::algo::tuning::segment_bytes_for<gs::transport::mpi>() == std::size_t{1} << 20);
+static_assert(gs::algo::tuning::segment_bytes_for<gs::transport::local>() ==
+              gs::algo::tuning::segment_bytes);
 
 gs::call_options quick(double s = 30) {
   return {gs::seconds_d{s}, true};

@@ -48,7 +48,7 @@ struct halving_doubling {
     }
     const std::size_t p = std::bit_floor(n), rem = n - p;
     const std::size_t seg =
-        std::min(count, std::max<std::size_t>(1, tuning::segment_bytes / sizeof(T)));
+        std::min(count, std::max<std::size_t>(1, tuning::segment_bytes_for<Tr>() / sizeof(T)));
     T* const buf =
         static_cast<T*>(t.scratch().get(scratch_slot, tuning::hd_inflight * seg * sizeof(T)));
     T* const base = data.data();

@@ -33,7 +33,7 @@ struct ring {
       return;
     }
     const std::size_t right = (r + 1) % n, left = (r + n - 1) % n;
-    const std::size_t seg = std::max<std::size_t>(1, tuning::segment_bytes / sizeof(T));
+    const std::size_t seg = std::max<std::size_t>(1, tuning::segment_bytes_for<Tr>() / sizeof(T));
     constexpr std::size_t K = tuning::ring_inflight;
     T* buf = static_cast<T*>(t.scratch().get(scratch_slot, K * seg * sizeof(T)));
     T* base = data.data();
@@ -90,7 +90,8 @@ struct ring {
         t.wait(in[j], ctx.until);
         if (s + 2 < n) {
           const std::size_t len = std::min(seg, rc.count - j * seg);
-          next_sends.push_back(t.isend(right, base + rc.offset + j * seg, len * sizeof(T), ctx.tag));
+          next_sends.push_back(
+              t.isend(right, base + rc.offset + j * seg, len * sizeof(T), ctx.tag));
         }
       }
       wait_all(sends);

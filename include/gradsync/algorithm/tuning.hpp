@@ -5,10 +5,25 @@
 
 namespace gradsync::algo::tuning {
 
-/// Pipeline segment of the ring and tree algorithms. 256 KiB keeps a segment in L2 on
-/// the 2-core CI machine while making per-message overhead (about 2 us for the local
-/// and MPI transports) negligible next to the copy (about 10 us at 25 GB/s).
+/// Default pipeline segment of the ring, tree and halving_doubling algorithms. 256 KiB
+/// keeps a segment in L2 on the 2-core CI machine while making per-message overhead
+/// (about 2 us for the local and shm transports) negligible next to the copy (about
+/// 10 us at 25 GB/s). A transport may ask for another (segment_bytes_for below).
 inline constexpr std::size_t segment_bytes = 256 << 10;
+
+/// Pipeline segment of ring and halving_doubling over transport Tr: Tr's own
+/// `static constexpr std::size_t pipeline_segment_bytes` when it declares one (a
+/// transport whose per-message cost is high, e.g. MPI's rendezvous handshake), else
+/// segment_bytes. tree keeps segment_bytes: its pipeline fills once per tree level.
+template <class Tr>
+constexpr std::size_t segment_bytes_for() {
+  if constexpr (requires { Tr::pipeline_segment_bytes; }) {
+    static_assert(Tr::pipeline_segment_bytes > 0, "pipeline_segment_bytes must be > 0");
+    return Tr::pipeline_segment_bytes;
+  } else {
+    return segment_bytes;
+  }
+}
 
 /// Receives kept in flight by the ring's reduce-scatter (scratch slots of a segment each).
 inline constexpr std::size_t ring_inflight = 4;

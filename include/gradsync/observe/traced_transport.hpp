@@ -13,6 +13,7 @@
 #include <string_view>
 #include <utility>
 
+#include "gradsync/algorithm/tuning.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/observe/timeline.hpp"
@@ -54,6 +55,8 @@ class traced_transport {
   static constexpr memory_space memory = Tr::memory;
   static constexpr bool peer_access = false;       // extras are not forwarded
   static constexpr bool native_allreduce = false;  // (see traces_steps_v)
+  /// The wrapped transport's pipeline segment, so that tracing keeps the same steps.
+  static constexpr std::size_t pipeline_segment_bytes = algo::tuning::segment_bytes_for<Tr>();
 
   /// A request of Tr plus what it was for.
   struct request {
