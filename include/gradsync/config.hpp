@@ -16,6 +16,8 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define GRADSYNC_RESTRICT __restrict__
+#define GRADSYNC_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 #define GRADSYNC_RESTRICT
+#define GRADSYNC_ALWAYS_INLINE inline
 #endif

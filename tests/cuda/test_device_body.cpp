@@ -26,6 +26,7 @@
 #include <gradsync/kernels/device_pack.hpp>
 #include <gradsync/kernels/host.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
+#include <gradsync/testing/float_probes.hpp>
 
 namespace gs = gradsync;
 namespace body = gradsync::kernels::body;
@@ -135,52 +136,6 @@ std::uint32_t bits_of(float f) {
   std::memcpy(&u, &f, 4);
   return u;
 }
-float float_of(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// Floats that probe every rounding boundary: specials, half/bf16 subnormal and overflow
-// thresholds, exact ties, a strided sweep of all 2^32 patterns and random values.
-std::vector<float> probe_floats() {
-  std::vector<float> v = {0.0f,
-                          -0.0f,
-                          1.0f,
-                          -1.0f,
-                          65504.0f,
-                          65519.99f,
-                          65520.0f,
-                          -65520.0f,
-                          5.9604645e-8f,
-                          2.9802322e-8f,
-                          2.9802326e-8f,
-                          8.940697e-8f,
-                          6.097555e-5f,
-                          6.1035156e-5f,
-                          3.3895314e38f,
-                          3.4028235e38f,
-                          std::numeric_limits<float>::infinity(),
-                          -std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::denorm_min(),
-                          std::numeric_limits<float>::quiet_NaN(),
-                          -std::numeric_limits<float>::quiet_NaN(),
-                          float_of(0x7f800001u),
-                          float_of(0xffc12345u)};
-  for (std::uint32_t h = 0; h < 0x10000u; ++h) {  // every half, then the midpoints around it
-    const std::uint32_t x =
-        bits_of(static_cast<float>(gs::half::from_bits(static_cast<std::uint16_t>(h))));
-    v.push_back(float_of(x));
-    v.push_back(float_of(x + 0x1000u));  // exact tie to the next half (normal range)
-    v.push_back(float_of(x + 0xfffu));
-    v.push_back(float_of(x + 0x1001u));
-  }
-  for (std::uint64_t x = 0; x < (1ull << 32); x += 4093)
-    v.push_back(float_of(static_cast<std::uint32_t>(x)));
-  std::mt19937 rng(12345);
-  for (int i = 0; i < 200000; ++i) v.push_back(float_of(static_cast<std::uint32_t>(rng())));
-  return v;
-}
 
 }  // namespace
 
@@ -194,7 +149,7 @@ TEST_CASE("device reduce_into body == host loop, every type and op, any alignmen
 }
 
 TEST_CASE("float -> half / bfloat16 casts round like CUDA's own conversions, bit for bit") {
-  const std::vector<float> in = probe_floats();
+  const std::vector<float> in = gs::testing::rounding_probe_floats();
   padded<float> src(in.size());
   std::memcpy(src.at(1), in.data(), in.size() * sizeof(float));  // start misaligned
   padded<gs::half> h(in.size());

@@ -21,56 +21,55 @@ GRADSYNC_HOST_DEVICE inline float bits_float(std::uint32_t u) {
   return f;
 }
 
+// Branch-free conversions: every path is computed and the result picked with masks, so
+// the host loops over half (kernels/host.hpp) vectorize. Bit-exact with the IEEE
+// round-to-nearest-even conversions (checked against CUDA's host conversions by
+// tests/cuda/test_device_body.cpp and by tests/core/test_half.cpp; equal to the
+// previous branchy code on all 2^32 floats and all 65536 halves).
+
+/// a where c, else b (no branch).
+GRADSYNC_HOST_DEVICE inline std::uint32_t select_bits(bool c, std::uint32_t a, std::uint32_t b) {
+  const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
+
 // float -> binary16, round to nearest even; overflow becomes inf; NaN becomes CUDA's
 // canonical NaN 0x7fff (what __float2half_rn and cvt.rn.f16.f32 give).
+//  - normal halves: rebias the exponent and round the 13 dropped bits to nearest even
+//    (adding 0xfff plus the kept lsb carries into the exponent exactly when needed);
+//  - subnormal halves (|f| < 2^-14): adding 0.5f makes the FPU round |f| to a multiple of
+//    2^-24 (the half subnormal step), nearest even; the low bits are then the half's.
+//    Flush-to-zero modes do not change it: a float subnormal rounds to half 0 anyway.
 GRADSYNC_HOST_DEVICE inline std::uint16_t float_to_half_bits(float f) {
   const std::uint32_t x = float_bits(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) {  // inf or NaN
-    return static_cast<std::uint16_t>(abs > 0x7f800000u ? 0x7fffu : (sign | 0x7c00u));
-  }
-  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (abs < 0x38800000u) {  // subnormal half (or zero)
-    if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);  // below half of min subnormal
-    const std::uint32_t exp = abs >> 23;
-    const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    const std::uint32_t shift = 126u - exp;  // 14 .. 24 (value = mant * 2^(exp-150))
-    std::uint32_t h = mant >> shift;
-    const std::uint32_t rem = mant & ((1u << shift) - 1u);
-    const std::uint32_t halfway = 1u << (shift - 1u);
-    if (rem > halfway || (rem == halfway && (h & 1u))) ++h;
-    return static_cast<std::uint16_t>(sign | h);
-  }
-  std::uint32_t h = ((abs - 0x38000000u) >> 13);  // rebias exponent 127 -> 15
-  const std::uint32_t rem = abs & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
-  return static_cast<std::uint16_t>(sign | h);
+  const std::uint32_t normal = (abs - 0x38000000u + 0xfffu + ((abs >> 13) & 1u)) >> 13;
+  const std::uint32_t subnormal = float_bits(bits_float(abs) + 0.5f) - 0x3f000000u;
+  std::uint32_t h = select_bits(abs < 0x38800000u, subnormal, normal);
+  h = select_bits(abs >= 0x477ff000u, 0x7c00u, h) | sign;  // rounds to inf (or is inf)
+  return static_cast<std::uint16_t>(select_bits(abs > 0x7f800000u, 0x7fffu, h));
 }
 
+// binary16 -> float, exact; NaN becomes CUDA's canonical NaN 0x7fffffff. A subnormal
+// half m * 2^-24 is (2^-14 + m * 2^-24) - 2^-14, computed exactly in float.
 GRADSYNC_HOST_DEVICE inline float half_bits_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1fu) return bits_float(mant ? 0x7fffffffu : (sign | 0x7f800000u));  // CUDA's NaN
-  if (exp == 0) {
-    if (mant == 0) return bits_float(sign);
-    int e = -1;  // normalise the subnormal
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400u) == 0);
-    return bits_float(sign | static_cast<std::uint32_t>(127 - 15 - e) << 23 | ((mant & 0x3ffu) << 13));
-  }
-  return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  const std::uint32_t em = h & 0x7fffu;  // exponent and mantissa
+  const std::uint32_t normal = (em << 13) + 0x38000000u;
+  const std::uint32_t subnormal =
+      float_bits(bits_float((em << 13) + 0x38800000u) - bits_float(0x38800000u));
+  const std::uint32_t special = select_bits(em > 0x7c00u, 0x7fffffffu, sign | 0x7f800000u);
+  return bits_float(
+      select_bits(em >= 0x7c00u, special, select_bits(em < 0x400u, subnormal, normal) | sign));
 }
 
 // float -> bfloat16, round to nearest even; NaN becomes CUDA's canonical NaN 0x7fff.
 GRADSYNC_HOST_DEVICE inline std::uint16_t float_to_bf16_bits(float f) {
   const std::uint32_t x = float_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
   const std::uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<std::uint16_t>((x + rounding) >> 16);
+  return static_cast<std::uint16_t>(
+      select_bits((x & 0x7fffffffu) > 0x7f800000u, 0x7fffu, (x + rounding) >> 16));
 }
 GRADSYNC_HOST_DEVICE inline float bf16_bits_to_float(std::uint16_t b) {
   return bits_float(static_cast<std::uint32_t>(b) << 16);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "gradsync/config.hpp"
@@ -13,8 +14,8 @@ namespace gradsync::kernels {
 
 /// The type arithmetic happens in: float for the 16-bit types, T otherwise.
 template <class T>
-using compute_t = std::conditional_t<std::is_same_v<T, half> || std::is_same_v<T, bfloat16>,
-                                     float, T>;
+using compute_t =
+    std::conditional_t<std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, float, T>;
 
 template <class T>
 GRADSYNC_HOST_DEVICE inline compute_t<T> load(T v) {
@@ -62,19 +63,50 @@ GRADSYNC_HOST_DEVICE inline bfloat16 store<bfloat16>(float v) {
 }
 #endif
 
-/// Combines two values of T under Op (avg combines as a sum; see finalize_fn).
+/// r, or the canonical NaN (every exponent and mantissa bit set, sign clear: the pattern
+/// core/half.hpp's conversions give) when r is a NaN. Which input's payload x + y keeps
+/// when both are NaN depends on the operand order the compiler picked, which differs
+/// between the SSE2 and AVX2 builds of a loop (kernels/host.hpp) and between host and
+/// device; one canonical pattern keeps every rank's bits equal.
+template <class C>
+GRADSYNC_HOST_DEVICE inline C canonical_nan_if(C r) {
+  if constexpr (std::is_same_v<C, float>) {
+    return r == r ? r : detail::bits_float(0x7fffffffu);
+  } else if constexpr (std::is_same_v<C, double>) {
+    const std::uint64_t nan = 0x7fffffffffffffffull;
+    double d;
+    std::memcpy(&d, &nan, sizeof d);
+    return r == r ? r : d;
+  } else {
+    return r;
+  }
+}
+
+/// canonical_nan_if for float and double; the 16-bit types' store already gives the
+/// canonical NaN, and a second test would keep their loops from vectorizing.
+template <class T>
+GRADSYNC_HOST_DEVICE inline compute_t<T> canonical(compute_t<T> r) {
+  if constexpr (std::is_same_v<T, compute_t<T>>) {
+    return canonical_nan_if(r);
+  } else {
+    return r;
+  }
+}
+
+/// Combines two values of T under Op (avg combines as a sum; see finalize_fn). Sums and
+/// products that are NaN come out as the canonical NaN (canonical_nan_if).
 template <class T, class Op>
 struct combine_fn {
   GRADSYNC_HOST_DEVICE T operator()(T a, T b) const {
     const compute_t<T> x = load(a), y = load(b);
     if constexpr (Op::id == reduce_op::prod) {
-      return store<T>(x * y);
+      return store<T>(canonical<T>(x * y));
     } else if constexpr (Op::id == reduce_op::min) {
       return store<T>(y < x ? y : x);
     } else if constexpr (Op::id == reduce_op::max) {
       return store<T>(x < y ? y : x);
     } else {
-      return store<T>(x + y);
+      return store<T>(canonical<T>(x + y));
     }
   }
 };

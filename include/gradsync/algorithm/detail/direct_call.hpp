@@ -76,33 +76,6 @@ inline void stream_fence() {
 #endif
 }
 
-/// dst[i] = combine(a[i], b[i]) with every pointer distinct. The fixed-length inner
-/// loop vectorizes even under -O2's cheap cost model (an unknown trip count does not).
-template <class T, class Op>
-inline void combine_to(T* GRADSYNC_RESTRICT dst, const T* GRADSYNC_RESTRICT a,
-                       const T* GRADSYNC_RESTRICT b, std::size_t n, Op) {
-  const kernels::combine_fn<T, Op> f{};
-  constexpr std::size_t w = 64 / sizeof(T);
-  std::size_t i = 0;
-  for (; i + w <= n; i += w) {
-    for (std::size_t k = 0; k < w; ++k) dst[i + k] = f(a[i + k], b[i + k]);
-  }
-  for (; i < n; ++i) dst[i] = f(a[i], b[i]);
-}
-
-/// dst[i] = combine(dst[i], src[i]), vectorized like combine_to.
-template <class T, class Op>
-inline void combine_into(T* GRADSYNC_RESTRICT dst, const T* GRADSYNC_RESTRICT src, std::size_t n,
-                         Op) {
-  const kernels::combine_fn<T, Op> f{};
-  constexpr std::size_t w = 64 / sizeof(T);
-  std::size_t i = 0;
-  for (; i + w <= n; i += w) {
-    for (std::size_t k = 0; k < w; ++k) dst[i + k] = f(dst[i + k], src[i + k]);
-  }
-  for (; i < n; ++i) dst[i] = f(dst[i], src[i]);
-}
-
 /// dst = src(0) (+) src(1) (+) ... (+) src(n-1), combined in exactly this order.
 /// `src(j)` returns rank j's copy; none of them may overlap dst.
 template <class T, class Op, class Src>
@@ -114,8 +87,8 @@ void reduce_rank_order(T* dst, Src&& src, std::size_t nsrc, std::size_t count, O
       std::memcpy(dst + off, src(0) + off, len * sizeof(T));
       continue;
     }
-    combine_to(dst + off, src(0) + off, src(1) + off, len, op);
-    for (std::size_t j = 2; j < nsrc; ++j) combine_into(dst + off, src(j) + off, len, op);
+    kernels::reduce_to(dst + off, src(0) + off, src(1) + off, len, op);
+    for (std::size_t j = 2; j < nsrc; ++j) kernels::reduce_into(dst + off, src(j) + off, len, op);
   }
 }
 
