@@ -73,12 +73,19 @@ template <class A, class Tr>
 inline constexpr bool composes = (!A::needs_peer_access || Tr::peer_access) &&
                                  (!A::needs_native || Tr::native_allreduce);
 
+/// No subject to time alongside gradsync's (run_gradsync_rows' default partner).
+struct no_partner {};
+
 /// Runs every requested algorithm over transport `t` (collective over `g`, whose ranks
 /// must be the transport's ranks). `mpi_name` labels the MPI flavour in the rows.
 /// `registered`: the buffers come from the transport's heap (t.allocate; shm_reg rows).
-template <class Tr>
+/// `partner` (optional): makes, per element type and op, a subject that every gradsync
+/// table is timed interleaved with (partner->make<T, Op>(o); --interleave); its wrong
+/// elements count in the totals as well.
+template <class Tr, class Partner = no_partner>
 gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer& csv,
-                                  const std::string& mpi_name, bool registered = false) {
+                                  const std::string& mpi_name, bool registered = false,
+                                  Partner* partner = nullptr) {
   gradsync_totals tot;
   const bool explicit_list = o.algos != all_algos;
   for (const std::string& name : o.algos) {
@@ -109,7 +116,20 @@ gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer&
               call_options opt;
               opt.check = o.agree;
               s.run = [&t, opt](std::span<T> d) { allreduce<A>(t, d, Op{}, opt); };
-              const sweep_result r = sweep(g, o, s, csv);
+              sweep_result r;
+              if constexpr (!std::is_same_v<Partner, no_partner>) {
+                if (partner) {
+                  subject<T> p = partner->template make<T, Op>(o);
+                  subject<T>* both[] = {&s, &p};
+                  auto rs = sweep(g, o, std::span<subject<T>* const>(both), csv);
+                  tot.wrong += rs[1].wrong;
+                  r = std::move(rs[0]);
+                } else {
+                  r = sweep(g, o, s, csv);
+                }
+              } else {
+                r = sweep(g, o, s, csv);
+              }
               tot.wrong += r.wrong;
               for (const row& x : r.rows) tot.checked += x.wrong >= 0 ? 1 : 0;
               ++tot.tables;

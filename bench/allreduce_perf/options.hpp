@@ -32,8 +32,10 @@ struct options {
   std::size_t iter_bytes = 0;         ///< --iter-bytes: cap iters so iters*size <= this (min 3)
   bool check = true;                  ///< -c
   bool agree = true;                  ///< --agree: gradsync's cross-rank argument check
-  dtype type = dtype::f32;            ///< -d
-  reduce_op op = reduce_op::sum;      ///< -o
+  bool interleave =
+      false;  ///< --interleave: time each gradsync table alternately with MPI_Allreduce
+  dtype type = dtype::f32;        ///< -d
+  reduce_op op = reduce_op::sum;  ///< -o
   std::vector<std::string>
       transports;  ///< --transport (default: local alone, shm+mpi under mpirun)
   std::vector<std::string> algos = {"all"};  ///< --algo
@@ -152,6 +154,9 @@ inline const char* usage_text() {
          "  --gloo-algos L ring_chunked,halving_doubling (default both)\n"
          "  --stream-bytes SIZE  array size per rank of the STREAM probe, default 64M\n"
          "  --agree 0|1    gradsync's cross-rank argument check per call, default 1\n"
+         "  --interleave   under mpirun: time every gradsync table iteration by iteration\n"
+         "                 alternately with MPI_Allreduce (its rows follow each table), so\n"
+         "                 a change of the machine's speed during the run hits both alike\n"
          "  --csv FILE     append every row to FILE\n"
          "  --self-test-corrupt  spoil one element of every checked result on the last\n"
          "                 rank; exit 0 only if #wrong counted exactly one per checked row\n"
@@ -192,6 +197,8 @@ inline options parse_options(int argc, char** argv) {
       o.check = parse_count(need(i)) != 0;
     else if (a == "--agree")
       o.agree = parse_count(need(i)) != 0;
+    else if (a == "--interleave")
+      o.interleave = true;
     else if (a == "-d" || a == "--datatype")
       o.type = parse_dtype(need(i));
     else if (a == "-o" || a == "--op")

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "../common/mpi_group.hpp"
 #include "gradsync/core/dtype.hpp"
@@ -20,10 +21,52 @@
 
 namespace gradsync::bench {
 
+/// Makes MPI_Allreduce subjects over `comm` and frees the user ops they needed.
+class mpi_peer_maker {
+ public:
+  mpi_peer_maker(MPI_Comm comm, std::string mpi_name) : comm_(comm), name_(std::move(mpi_name)) {}
+  mpi_peer_maker(const mpi_peer_maker&) = delete;
+  mpi_peer_maker& operator=(const mpi_peer_maker&) = delete;
+  ~mpi_peer_maker() {
+    for (MPI_Op& op : user_ops_) MPI_Op_free(&op);
+  }
+
+  /// The subject "MPI_Allreduce of T under Op" (Op::id != avg or T floating).
+  template <class T, class Op>
+  subject<T> make(const options& o) {
+    constexpr bool builtin = !transport::detail::needs_user_op_v<T>;
+    using reduce_t = std::conditional_t<Op::id == reduce_op::avg, op::sum_t, Op>;
+    MPI_Op mop = transport::detail::builtin_mpi_op(o.op);
+    if constexpr (!builtin) {
+      MPI_Op_create(&transport::detail::mpi_user_reduce<T, reduce_t>, 1, &mop);
+      user_ops_.push_back(mop);
+    }
+    // half and bfloat16 travel as 16-bit words, reduced by the user op.
+    const MPI_Datatype mt = builtin ? transport::detail::builtin_mpi_type<T>() : MPI_UINT16_T;
+    int size = 1;
+    MPI_Comm_size(comm_, &size);
+    const std::size_t n = static_cast<std::size_t>(size);
+    const MPI_Comm comm = comm_;
+    subject<T> s;
+    s.label = make_label("peer", "MPI_Allreduce", "-", "native", name_, o);
+    s.run = [=](std::span<T> d) {
+      MPI_Allreduce(MPI_IN_PLACE, d.data(), static_cast<int>(d.size()), mt, mop, comm);
+      if constexpr (Op::id == reduce_op::avg) kernels::finalize(d.data(), d.size(), n, Op{});
+    };
+    return s;
+  }
+
+ private:
+  MPI_Comm comm_;
+  std::string name_;
+  std::vector<MPI_Op> user_ops_;
+};
+
 /// Sweeps MPI_Allreduce over the ranks of `g`; returns the number of wrong elements.
 inline std::uint64_t run_mpi_peer(mpi_group& g, const options& o, csv_writer& csv,
                                   const std::string& mpi_name) {
   std::uint64_t wrong = 0;
+  mpi_peer_maker maker(g.comm(), mpi_name);
   visit_dtype(o.type, [&](auto tv) {
     using T = std::remove_cvref_t<decltype(tv)>;
     visit_op(o.op, [&](auto opv) {
@@ -31,24 +74,8 @@ inline std::uint64_t run_mpi_peer(mpi_group& g, const options& o, csv_writer& cs
       if constexpr (Op::id == reduce_op::avg && !is_floating_element_v<T>) {
         throw std::invalid_argument("op avg needs a floating-point type");
       } else {
-        constexpr bool builtin = !transport::detail::needs_user_op_v<T>;
-        using reduce_t = std::conditional_t<Op::id == reduce_op::avg, op::sum_t, Op>;
-        MPI_Op mop = transport::detail::builtin_mpi_op(o.op);
-        if constexpr (!builtin) {
-          MPI_Op_create(&transport::detail::mpi_user_reduce<T, reduce_t>, 1, &mop);
-        }
-        // half and bfloat16 travel as 16-bit words, reduced by the user op.
-        const MPI_Datatype mt = builtin ? transport::detail::builtin_mpi_type<T>() : MPI_UINT16_T;
-        const MPI_Comm comm = g.comm();
-        const std::size_t n = g.size();
-        subject<T> s;
-        s.label = make_label("peer", "MPI_Allreduce", "-", "native", mpi_name, o);
-        s.run = [=](std::span<T> d) {
-          MPI_Allreduce(MPI_IN_PLACE, d.data(), static_cast<int>(d.size()), mt, mop, comm);
-          if constexpr (Op::id == reduce_op::avg) kernels::finalize(d.data(), d.size(), n, Op{});
-        };
+        subject<T> s = maker.template make<T, Op>(o);
         wrong += sweep(g, o, s, csv).wrong;
-        if constexpr (!builtin) MPI_Op_free(&mop);
       }
     });
   });

@@ -9,6 +9,7 @@
 #if __has_include("gradsync/transport/mpi.hpp")
 #include "gradsync/transport/mpi.hpp"
 #include "gradsync_rows.hpp"
+#include "peer_mpi.hpp"
 #define GRADSYNC_BENCH_HAVE_MPI_TRANSPORT 1
 #endif
 
@@ -18,6 +19,10 @@ gradsync_totals run_mpi_rows(MPI_Comm comm, group& g, const options& o, csv_writ
                              const std::string& mpi_name) {
 #ifdef GRADSYNC_BENCH_HAVE_MPI_TRANSPORT
   transport::mpi t(comm);
+  if (o.interleave) {
+    mpi_peer_maker partner(comm, mpi_name);
+    return run_gradsync_rows(t, g, o, csv, mpi_name, false, &partner);
+  }
   return run_gradsync_rows(t, g, o, csv, mpi_name);
 #else
   (void)comm, (void)o, (void)csv, (void)mpi_name;

@@ -11,6 +11,7 @@
 #if __has_include("gradsync/transport/shm.hpp")
 #include "gradsync/transport/shm.hpp"
 #include "gradsync_rows.hpp"
+#include "peer_mpi.hpp"
 #define GRADSYNC_BENCH_HAVE_SHM 1
 #if __has_include("gradsync/transport/shm_mpi.hpp")
 #include "gradsync/transport/shm_mpi.hpp"
@@ -32,7 +33,6 @@ gradsync_totals run_shm_rows(MPI_Comm comm, group& g, const options& o, csv_writ
   transport::shm t(transport::shm_options_from_mpi(comm, base));
 #else
   // Bootstrapped from the communicator: rank 0 names the job, everyone joins it.
-  (void)comm;
   transport::shm_options so;
   if (registered) so.heap_bytes = sweep_sizes(o, 1).empty() ? 0 : sweep_sizes(o, 1).back() + 4096;
   so.rank = g.rank();
@@ -41,6 +41,10 @@ gradsync_totals run_shm_rows(MPI_Comm comm, group& g, const options& o, csv_writ
                        std::to_string(std::time(nullptr)));
   transport::shm t(so);
 #endif
+  if (o.interleave) {
+    mpi_peer_maker partner(comm, mpi_name);
+    return run_gradsync_rows(t, g, o, csv, mpi_name, registered, &partner);
+  }
   return run_gradsync_rows(t, g, o, csv, mpi_name, registered);
 #else
   (void)comm, (void)o, (void)csv, (void)mpi_name, (void)registered;

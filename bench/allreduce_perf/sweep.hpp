@@ -9,6 +9,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/exact_fast.hpp"
@@ -52,89 +53,125 @@ struct sweep_result {
   std::uint64_t wrong = 0;
 };
 
-/// Runs subject `s` over every size of the sweep on every rank of `g` (collective).
-/// Rank 0 prints the table and appends the rows to `csv`.
+/// Runs subjects `ss` over every size of the sweep on every rank of `g` (collective).
+/// With more than one subject, each size times them iteration by iteration in turn
+/// (A, B, A, B, ...; each between barriers), so that a change of the machine's speed
+/// during the run hits all of them alike: their ratio is then a fair one even on a
+/// noisy host. Rank 0 prints one table per subject and appends the rows to `csv`.
 template <class T>
-sweep_result sweep(group& g, const options& o, subject<T>& s, csv_writer& csv) {
+std::vector<sweep_result> sweep(group& g, const options& o, std::span<subject<T>* const> ss,
+                                csv_writer& csv) {
   using clk = std::chrono::steady_clock;
-  const std::size_t n = g.size(), me = g.rank();
+  const std::size_t n = g.size(), me = g.rank(), ns = ss.size();
   const std::vector<std::size_t> sizes = sweep_sizes(o, sizeof(T));
-  sweep_result res;
-  if (sizes.empty()) return res;
+  std::vector<sweep_result> res(ns);
+  if (sizes.empty() || ns == 0) return res;
   const auto sweep_start = clk::now();
-  std::vector<T> own;
-  std::span<T> buf;
-  if (s.buffer) {
-    buf = s.buffer(sizes.back() / sizeof(T));
-  } else {
-    own.resize(sizes.back() / sizeof(T));
-    buf = own;
+  std::vector<std::vector<T>> own(ns);
+  std::vector<std::span<T>> buf(ns);
+  for (std::size_t k = 0; k < ns; ++k) {
+    if (ss[k]->buffer) {
+      buf[k] = ss[k]->buffer(sizes.back() / sizeof(T));
+    } else {
+      own[k].resize(sizes.back() / sizeof(T));
+      buf[k] = own[k];
+    }
   }
   const exact_pattern<T> pattern(o.op, me, n);
-  if (me == 0) {
-    std::string title = s.label.impl;
-    if (s.label.transport != "-") title += "  transport=" + s.label.transport;
-    if (s.label.algo != "-") title += "  algo=" + s.label.algo;
-    if (s.label.mpi != "none") title += "  mpi=" + s.label.mpi;
-    title += "  ranks=" + std::to_string(n);
-    print_table_header(title);
-  }
+  auto title = [&](const subject<T>& s) {
+    std::string t = s.label.impl;
+    if (s.label.transport != "-") t += "  transport=" + s.label.transport;
+    if (s.label.algo != "-") t += "  algo=" + s.label.algo;
+    if (s.label.mpi != "none") t += "  mpi=" + s.label.mpi;
+    t += "  ranks=" + std::to_string(n);
+    if (ns > 1) t += "  (timed interleaved with " + std::to_string(ns - 1) + " other)";
+    return t;
+  };
+  // One subject prints each row as it is measured (progress on long sweeps); several
+  // print their tables at the end, one after the other.
+  if (me == 0 && ns == 1) print_table_header(title(*ss[0]));
   for (const std::size_t bytes : sizes) {
     const std::size_t count = bytes / sizeof(T);
-    const std::span<T> data(buf.data(), count);
-    if (s.prepare) s.prepare(data);
-    pattern.fill(data);
     const std::size_t iters = iters_for(o, bytes);
-    for (std::size_t i = 0; i < warmup_for(o, iters); ++i) s.run(data);
-    std::vector<double> times(iters);
+    std::vector<std::span<T>> data(ns);
+    std::vector<std::vector<double>> times(ns, std::vector<double>(iters));
+    for (std::size_t k = 0; k < ns; ++k) {
+      data[k] = std::span<T>(buf[k].data(), count);
+      if (ss[k]->prepare) ss[k]->prepare(data[k]);
+      pattern.fill(data[k]);
+      for (std::size_t i = 0; i < warmup_for(o, iters); ++i) ss[k]->run(data[k]);
+    }
     for (std::size_t i = 0; i < iters; ++i) {
-      g.barrier();
-      const auto t0 = clk::now();
-      s.run(data);
-      times[i] = std::chrono::duration<double, std::micro>(clk::now() - t0).count();
+      for (std::size_t k = 0; k < ns; ++k) {
+        g.barrier();
+        const auto t0 = clk::now();
+        ss[k]->run(data[k]);
+        times[k][i] = std::chrono::duration<double, std::micro>(clk::now() - t0).count();
+      }
     }
-    g.max_all(times);  // the slowest rank's time, per iteration
-    long long wrong = -1;
-    if (o.check) {
-      pattern.fill(data);
-      g.barrier();
-      s.run(data);
-      if (o.corrupt && s.label.kind == "gradsync" && me + 1 == n)
-        data[count / 2] = testing::from_double<T>(-99.0);  // self-test
-      const std::size_t mine = pattern.count_wrong(data);
-      const std::uint64_t total = g.sum_all(mine);
-      wrong = static_cast<long long>(total);
-      res.wrong += total;
+    for (std::size_t k = 0; k < ns; ++k) {
+      const subject<T>& s = *ss[k];
+      g.max_all(times[k]);  // the slowest rank's time, per iteration
+      long long wrong = -1;
+      if (o.check) {
+        pattern.fill(data[k]);
+        g.barrier();
+        s.run(data[k]);
+        if (o.corrupt && s.label.kind == "gradsync" && me + 1 == n)
+          data[k][count / 2] = testing::from_double<T>(-99.0);  // self-test
+        const std::size_t mine = pattern.count_wrong(data[k]);
+        const std::uint64_t total = g.sum_all(mine);
+        wrong = static_cast<long long>(total);
+        res[k].wrong += total;
+      }
+      row r = s.label;
+      r.ranks = n;
+      r.bytes = bytes;
+      r.count = count;
+      r.iters = iters;
+      double lo = times[k][0];
+      for (double t : times[k]) lo = t < lo ? t : lo;
+      r.time_us = median(times[k]);
+      r.min_us = lo;
+      r.algbw = r.time_us > 0 ? static_cast<double>(bytes) / (r.time_us * 1e3) : 0;  // GB/s
+      r.busbw = r.algbw * busbw_factor(n);
+      r.wrong = wrong;
+      res[k].rows.push_back(r);
+      if (me == 0 && ns == 1) {
+        print_table_row(r);
+        csv.append(r);
+      }
     }
-    row r = s.label;
-    r.ranks = n;
-    r.bytes = bytes;
-    r.count = count;
-    r.iters = iters;
-    double lo = times[0];
-    for (double t : times) lo = t < lo ? t : lo;
-    r.time_us = median(times);
-    r.min_us = lo;
-    r.algbw = r.time_us > 0 ? static_cast<double>(bytes) / (r.time_us * 1e3) : 0;  // GB/s
-    r.busbw = r.algbw * busbw_factor(n);
-    r.wrong = wrong;
-    if (me == 0) {
-      print_table_row(r);
-      csv.append(r);
-    }
-    res.rows.push_back(r);
   }
   g.barrier();
   const double wall = std::chrono::duration<double>(clk::now() - sweep_start).count();
   if (me == 0) {
-    std::printf("# sweep wall time (warm-up, timing and check of every size): %.2f s\n", wall);
-    row r = s.label;  // kind "sweep": time_us is the whole table's wall time
-    r.kind = "sweep";
-    r.ranks = n;
-    r.time_us = r.min_us = wall * 1e6;
-    csv.append(r);
+    for (std::size_t k = 0; k < ns; ++k) {
+      const subject<T>& s = *ss[k];
+      if (ns > 1) {
+        print_table_header(title(s));
+        for (const row& r : res[k].rows) {
+          print_table_row(r);
+          csv.append(r);
+        }
+      }
+      std::printf("# sweep wall time (warm-up, timing and check of every size%s): %.2f s\n",
+                  ns > 1 ? ", all interleaved tables" : "", wall);
+      row r = s.label;  // kind "sweep": time_us is the whole table's wall time
+      r.kind = "sweep";
+      r.ranks = n;
+      r.time_us = r.min_us = wall * 1e6;
+      csv.append(r);
+    }
   }
   return res;
+}
+
+/// One subject on its own (the usual nccl-tests-style table).
+template <class T>
+sweep_result sweep(group& g, const options& o, subject<T>& s, csv_writer& csv) {
+  subject<T>* one[] = {&s};
+  return std::move(sweep(g, o, std::span<subject<T>* const>(one), csv).front());
 }
 
 }  // namespace gradsync::bench
