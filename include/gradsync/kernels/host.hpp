@@ -18,8 +18,10 @@ namespace gradsync::kernels {
 // default x86-64 target only has 16-byte SSE2 vectors. The arithmetic is the same
 // elementwise IEEE operations in the same order (no FMA, no reassociation), so both
 // builds give the same bits and ranks on different CPUs still agree; tests/core/
-// test_host_simd.cpp checks it. Measured on the dev VM (Zen 3), float sum: 4 MiB 210 ->
-// 182 us, 256 KiB 9.3 -> 7.7 us (Open MPI's own reductions use AVX2 there too).
+// test_host_simd.cpp checks it. Measured on the dev VM (Zen 3), float sum, medians of 31
+// alternating rounds, SSE2 loop before this change vs the AVX2 build (canonical NaN
+// included, see functors.hpp): 256 KiB 10.9 -> 9.4 us, 4 MiB 233 -> 172 us. Open MPI's
+// own reductions use AVX2 there too (its op/avx component).
 
 /// Elements of T per fixed-length block.
 template <class T>

@@ -69,8 +69,8 @@ class mpi {
   /// Every MPI message above the eager limit pays a rendezvous handshake and a
   /// completion message, and on one host the MPI copies it in the receiver's MPI_Test
   /// (Open MPI's and MPICH's CMA path), so a smaller segment buys no overlap. Paired
-  /// runs, 2 ranks, Open MPI 4.1: ring/MPI_Allreduce median 0.87-0.93x at 1-4 MiB with
-  /// 256 KiB segments, 1.01-1.08x with 1 MiB (docs/performance.md).
+  /// jobs, 2 ranks, Open MPI 4.1, medians of 10-16: ring/MPI_Allreduce 0.87-0.93x at
+  /// 1-4 MiB with 256 KiB segments, 0.97-1.08x with 1 MiB (docs/performance.md).
   static constexpr std::size_t pipeline_segment_bytes = std::size_t{1} << 20;
 
   /// A posted send or receive: one MPI request per piece of at most max_message_bytes.
