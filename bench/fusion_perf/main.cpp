@@ -108,7 +108,11 @@ template <class Tr>
 void run_transport(Tr& t, gb::group& g, const gb::perf_options& o, const std::string& name,
                    std::vector<gb::row>& rows) {
   gb::fusion_bench<Tr> b(t, g, o, name);
-  for (const auto& m : o.models) b.run_model(model_named(m, o), rows);
+  for (const auto& m : o.models) {
+    const gb::model mo = model_named(m, o);
+    b.run_model(mo, rows);
+    if (mo.name == "1000x4KiB") b.run_pair(mo, rows);  // the 10x target, timed fairly
+  }
   if (o.overlap) {
     const auto m = gb::resnet50();
     for (bool busy : {true, false}) {
@@ -125,12 +129,12 @@ int report(const std::vector<gb::row>& rows, const gb::perf_options& o, std::siz
       "# fusion_perf: %zu ranks, algo::auto_select, op avg, float32, median of %d (%d for models "
       "< 64 MiB; after %d warm-up) of the slowest rank, %s\n",
       ranks, o.reps, std::max(o.reps, o.reps_small), o.warmup, when);
-  std::printf("# %-9s %-12s %-22s %7s %7s %9s %10s %10s %8s %9s %6s\n", "transport", "model",
+  std::printf("# %-9s %-12s %-30s %7s %7s %9s %10s %10s %8s %9s %6s\n", "transport", "model",
               "mode", "tensors", "buckets", "MiB", "median_ms", "min_ms", "algbw", "vs", "#wrong");
   int bad = 0;
   for (const auto& r : rows) {
     const double algbw = r.median_s > 0 ? static_cast<double>(r.bytes) / r.median_s / 1e9 : 0;
-    std::printf("  %-9s %-12s %-22s %7zu %7zu %9.1f %10.3f %10.3f %8.2f %9.2f %6zu\n",
+    std::printf("  %-9s %-12s %-30s %7zu %7zu %9.1f %10.3f %10.3f %8.2f %9.2f %6zu\n",
                 r.transport.c_str(), r.model.c_str(), r.mode.c_str(), r.tensors, r.buckets,
                 static_cast<double>(r.bytes) / (1 << 20), r.median_s * 1e3, r.min_s * 1e3, algbw,
                 r.vs, r.wrong);
@@ -149,13 +153,20 @@ int report(const std::vector<gb::row>& rows, const gb::perf_options& o, std::siz
       double best = 0;
       std::string which;
       for (const auto& r : rows) {
-        if (r.transport == tr && r.model == "1000x4KiB" && r.mode != "unfused" && r.vs > best) {
+        if (r.transport == tr && r.model == "1000x4KiB" && r.mode != "unfused" &&
+            r.mode.find("(interleaved)") == std::string::npos && r.vs > best) {
           best = r.vs;
           which = r.mode;
         }
       }
       std::printf("TARGET %-6s 1000x4KiB fused >= 10x unfused: %.1fx (%s)  %s\n", tr.c_str(), best,
                   which.c_str(), best >= 10 ? "PASS" : "FAIL");
+    }
+    if (const auto* p = find(tr, "1000x4KiB", "zero-copy 25MiB (interleaved)")) {
+      std::printf(
+          "TARGET %-6s 1000x4KiB fused >= 10x unfused, timed interleaved: %.1fx (zero-copy "
+          "25MiB)  %s\n",
+          tr.c_str(), p->vs, p->vs >= 10 ? "PASS" : "FAIL");
     }
     for (const auto& r : rows) {
       if (r.transport == tr && r.mode.rfind("overlap ", 0) == 0) {

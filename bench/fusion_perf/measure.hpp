@@ -139,6 +139,73 @@ class fusion_bench {
       rows[k].vs = rows[base].median_s / rows[k].median_s;
   }
 
+  /// The pair the 10x target compares, timed fairly: one step unfused, then one step
+  /// zero-copy 25 MiB, alternately, each between barriers, so that a change of the
+  /// machine's speed during the run hits both alike (rows "... (interleaved)"; vs =
+  /// unfused median / zero-copy median of the same run).
+  void run_pair(const model& m, std::vector<row>& rows) {
+    prepare(m);
+    allreducer<Tr, algo_t, fusion::zero_copy<25 << 20>> ar(t_, quiet());
+    for (auto s : spans_) ar.template add<float>(s.size());
+    ar.commit(op::avg);
+    std::vector<std::span<float>> views;
+    for (std::size_t i = 0; i < spans_.size(); ++i) views.push_back(ar.template view<float>(i));
+    auto unfused = [&] {
+      for (std::size_t i = spans_.size(); i-- > 0;) {
+        gradsync::allreduce<algo_t>(t_, spans_[i], op::avg);
+      }
+    };
+    auto fused = [&] {
+      for (std::size_t i = views.size(); i-- > 0;) ar.ready(i);
+      ar.wait();
+    };
+    const int reps = bytes_ < (std::size_t{64} << 20) ? std::max(o_.reps, o_.reps_small) : o_.reps;
+    std::vector<double> tu, tf;
+    for (int i = 0; i < o_.warmup + reps; ++i) {
+      g_.barrier();
+      const auto t0 = steady::now();
+      unfused();
+      const auto t1 = steady::now();
+      g_.barrier();
+      const auto t2 = steady::now();
+      fused();
+      const auto t3 = steady::now();
+      if (i >= o_.warmup) {
+        tu.push_back(secs(t0, t1));
+        tf.push_back(secs(t2, t3));
+      }
+    }
+    g_.max_all(tu);
+    g_.max_all(tf);
+    auto mk = [&](const std::string& mode, std::vector<double>& ts, std::size_t buckets) {
+      std::sort(ts.begin(), ts.end());
+      row r;
+      r.transport = tname_;
+      r.model = model_;
+      r.mode = mode;
+      r.tensors = spans_.size();
+      r.buckets = buckets;
+      r.bytes = bytes_;
+      r.median_s = ts[ts.size() / 2];
+      r.min_s = ts.front();
+      return r;
+    };
+    row ru = mk("unfused (interleaved)", tu, spans_.size());
+    row rf = mk("zero-copy 25MiB (interleaved)", tf, ar.plan().buckets.size());
+    fill();
+    unfused();
+    ru.wrong = check();
+    std::swap(views, spans_);
+    fill();
+    fused();
+    rf.wrong = check();
+    std::swap(views, spans_);
+    ru.vs = 1.0;
+    rf.vs = ru.median_s / rf.median_s;
+    rows.push_back(ru);
+    rows.push_back(rf);
+  }
+
   /// Synthetic backward pass over `m` with bucket<4 MiB> (a small last bucket keeps the
   /// tail after the last layer short): compute-only, comm-only, compute then comm (no
   /// overlap), and compute with ready() per layer (overlap).

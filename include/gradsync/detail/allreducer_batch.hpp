@@ -106,6 +106,7 @@ class batch_runner {
       for (std::size_t i = 0; i < descs_.size(); ++i)
         ptrs_[i] = arena_.data() + plan_.tensor_offset[i];
     }
+    plan_chosen_ = chosen_algorithms(plan_);  // the same for every step of this plan
     committed_ = true;
     log(log_level::info, t_.rank(), "bucket plan (%s, op %s): %s",
         std::string(Fusion::name).c_str(), std::string(op_name(Op::id)).c_str(),
@@ -177,7 +178,7 @@ class batch_runner {
     b->ptrs = &ptrs_;
     b->layout = arena_.data();
     b->runners = table;
-    init_batch(*b);
+    init_batch(*b, &plan_chosen_);
     return b;
   }
 
@@ -215,13 +216,15 @@ class batch_runner {
     return b;
   }
 
-  void init_batch(batch& b) {
+  /// `chosen`: the plan's per-bucket algorithm summary when already known (the
+  /// registered plan's, computed once at commit), else computed here.
+  void init_batch(batch& b, const std::string* chosen = nullptr) {
     const std::size_t nb = b.plan->buckets.size();
     b.done = std::make_shared<completion>(nb);
     b.jobs_left = nb;
     b.stats.ranks = t_.size();
     b.stats.algorithm = Algorithm::name;
-    b.stats.chosen = chosen_algorithms(*b.plan);
+    b.stats.chosen = chosen ? *chosen : chosen_algorithms(*b.plan);
     b.stats.fusion = Fusion::name;
     b.stats.buckets = nb;
     b.stats.tensors = b.plan->tensor_bucket.size();
@@ -298,6 +301,7 @@ class batch_runner {
   std::vector<fusion::tensor_desc> descs_;
   std::vector<void*> ptrs_;  // registered tensors' memory (the arena's, in zero-copy mode)
   fusion::plan plan_;
+  std::string plan_chosen_;  // chosen_algorithms(plan_), set by commit_plan
   fusion::arena arena_;  // zero-copy home, or staging of the registered packed buckets
   bool committed_ = false;
 
