@@ -179,13 +179,7 @@ class fusion_bench {
     g_.max_all(tf);
     auto mk = [&](const std::string& mode, std::vector<double>& ts, std::size_t buckets) {
       std::sort(ts.begin(), ts.end());
-      row r;
-      r.transport = tname_;
-      r.model = model_;
-      r.mode = mode;
-      r.tensors = spans_.size();
-      r.buckets = buckets;
-      r.bytes = bytes_;
+      row r = labelled(mode, buckets);
       r.median_s = ts[ts.size() / 2];
       r.min_s = ts.front();
       return r;
@@ -329,7 +323,8 @@ class fusion_bench {
     rows.push_back(r);
   }
 
-  row timed(const std::string& mode, const std::function<void()>& step, std::size_t buckets) {
+  /// A row of this transport and model with its identifying columns filled in.
+  row labelled(const std::string& mode, std::size_t buckets) const {
     row r;
     r.transport = tname_;
     r.model = model_;
@@ -337,6 +332,11 @@ class fusion_bench {
     r.tensors = spans_.size();
     r.buckets = buckets;
     r.bytes = bytes_;
+    return r;
+  }
+
+  row timed(const std::string& mode, const std::function<void()>& step, std::size_t buckets) {
+    row r = labelled(mode, buckets);
     perf_options o = o_;
     if (bytes_ < (std::size_t{64} << 20)) o.reps = std::max(o.reps, o.reps_small);
     const auto [med, mn] = time_steps(g_, o, step);
