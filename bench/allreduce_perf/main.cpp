@@ -93,6 +93,9 @@ int run_threads(const gb::options& o) {
   std::atomic<std::size_t> tables{0}, checked{0};
   const auto transports = o.transports.empty() ? std::vector<std::string>{"local"} : o.transports;
   print_banner(o, o.ranks, "in-process ranks (threads)");
+  if (o.interleave) {
+    std::printf("#\n# --interleave pairs tables with MPI_Allreduce: run under mpirun; ignored\n");
+  }
   gs::transport::run_local(o.ranks, [&](gs::transport::local& t) {
     gb::thread_group g(st, t.rank());
     try {

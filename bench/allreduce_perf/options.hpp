@@ -32,10 +32,9 @@ struct options {
   std::size_t iter_bytes = 0;         ///< --iter-bytes: cap iters so iters*size <= this (min 3)
   bool check = true;                  ///< -c
   bool agree = true;                  ///< --agree: gradsync's cross-rank argument check
-  bool interleave =
-      false;  ///< --interleave: time each gradsync table alternately with MPI_Allreduce
-  dtype type = dtype::f32;        ///< -d
-  reduce_op op = reduce_op::sum;  ///< -o
+  bool interleave = false;            ///< --interleave: alternate with MPI_Allreduce
+  dtype type = dtype::f32;            ///< -d
+  reduce_op op = reduce_op::sum;      ///< -o
   std::vector<std::string>
       transports;  ///< --transport (default: local alone, shm+mpi under mpirun)
   std::vector<std::string> algos = {"all"};  ///< --algo
