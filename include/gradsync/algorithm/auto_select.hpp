@@ -85,11 +85,13 @@ struct auto_select {
   static constexpr std::string_view name = "auto";
   static constexpr bool needs_peer_access = false;
   static constexpr bool needs_native = false;
+  /// Whether every choice over Tr is a direct algorithm (host peer-memory transports: shm).
+  template <class Tr>
+  static constexpr bool direct_on = peer_memory_transport<Tr> && (Tr::memory == memory_space::host);
   /// On shm every choice is a direct algorithm, which compares the call headers itself,
   /// so allreduce() skips its agree() round trip there.
   template <class Tr>
-  static constexpr bool checks_headers_on =
-      peer_memory_transport<Tr>&& Tr::memory == memory_space::host;
+  static constexpr bool checks_headers_on = direct_on<Tr>;
 
   /// On a host peer-memory transport: one-shot up to this size, two-shot above.
   static constexpr std::size_t one_shot_max_bytes = 256 << 10;
@@ -98,7 +100,7 @@ struct auto_select {
   /// logs; run() decides with the same rules).
   template <class Tr>
   static std::string_view choice(std::size_t bytes, std::size_t n) {
-    if constexpr (peer_memory_transport<Tr> && Tr::memory == memory_space::host) {
+    if constexpr (direct_on<Tr>) {
       return bytes <= one_shot_max_bytes ? direct_one_shot::name : direct_two_shot::name;
     } else {
       return auto_choice_name(auto_choose(bytes, n));
@@ -114,7 +116,7 @@ struct auto_select {
       // peers' buffers directly wins, log the choice like below, and return; fall
       // through to the table for the rest. The decision must depend only on
       // (bytes, n) so that every rank makes the same one.
-      if constexpr (peer_memory_transport<Tr> && Tr::memory == memory_space::host) {
+      if constexpr (direct_on<Tr>) {
         // transport::shm, measured with tests/shm/shm_probe (2-core EPYC VM shared
         // with ~10 busy processes, ranks at nice -20, float sum, median us per call):
         //   2 ranks   8 B: one-shot 0.41, two-shot 0.83, ring 1.33, tree 1.50

@@ -60,6 +60,17 @@ GRADSYNC_ALWAYS_INLINE void loop_to(T* GRADSYNC_RESTRICT dst, const T* GRADSYNC_
   for (std::size_t i = body; i < n; ++i) dst[i] = f(a[i], b[i]);
 }
 
+/// data[i] = f(data[i]) in place.
+template <class T, class F>
+GRADSYNC_ALWAYS_INLINE void loop_map(T* data, std::size_t n, F f) {
+  constexpr std::size_t w = block_elems<T>;
+  const std::size_t body = n - n % w;
+  for (std::size_t i = 0; i < body; i += w) {
+    for (std::size_t k = 0; k < w; ++k) data[i + k] = f(data[i + k]);
+  }
+  for (std::size_t i = body; i < n; ++i) data[i] = f(data[i]);
+}
+
 template <class T, class F>
 void loop_into_generic(T* GRADSYNC_RESTRICT dst, const T* GRADSYNC_RESTRICT src, std::size_t n,
                        F f) {
@@ -137,35 +148,20 @@ template <class T, class Op>
 inline void finalize(T* data, std::size_t n, std::size_t ranks, Op) {
   if constexpr (needs_finalize_v<Op>) {
     using C = compute_t<T>;
-    const finalize_fn<T, Op> f{static_cast<C>(ranks)};
     const bool pow2 = ranks != 0 && (ranks & (ranks - 1)) == 0;
-    const C inv = C(1) / static_cast<C>(ranks);
-    constexpr std::size_t w = block_elems<T>;
-    const std::size_t body = n - n % w;
     if (pow2) {
-      for (std::size_t i = 0; i < body; i += w) {
-        for (std::size_t k = 0; k < w; ++k) data[i + k] = store<T>(load(data[i + k]) * inv);
-      }
-      for (std::size_t i = body; i < n; ++i) data[i] = store<T>(load(data[i]) * inv);
-      return;
+      const C inv = C(1) / static_cast<C>(ranks);
+      detail::loop_map(data, n, [inv](T v) { return store<T>(load(v) * inv); });
+    } else {
+      detail::loop_map(data, n, finalize_fn<T, Op>{static_cast<C>(ranks)});
     }
-    for (std::size_t i = 0; i < body; i += w) {
-      for (std::size_t k = 0; k < w; ++k) data[i + k] = f(data[i + k]);
-    }
-    for (std::size_t i = body; i < n; ++i) data[i] = f(data[i]);
   }
 }
 
 /// data[i] *= factor.
 template <class T>
 inline void scale(T* data, std::size_t n, float factor) {
-  const scale_fn<T> f{factor};
-  constexpr std::size_t w = block_elems<T>;
-  const std::size_t body = n - n % w;
-  for (std::size_t i = 0; i < body; i += w) {
-    for (std::size_t k = 0; k < w; ++k) data[i + k] = f(data[i + k]);
-  }
-  for (std::size_t i = body; i < n; ++i) data[i] = f(data[i]);
+  detail::loop_map(data, n, scale_fn<T>{factor});
 }
 
 /// dst[i] = To(src[i]).
