@@ -1,11 +1,14 @@
-// Algorithm internals: the double binary tree's shape, scratch reuse across calls, and
-// the pipelined paths (many segments, many ranks) that the matrix does not reach.
+// Algorithm internals: the double binary tree's shape, scratch reuse across calls, the
+// pipelined paths (many segments, many ranks) that the matrix does not reach, and integer
+// wrap-around.
 #include <doctest/doctest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <gradsync/algorithm/detail/btree.hpp>
@@ -113,4 +116,49 @@ TEST_CASE_TEMPLATE("larger groups: 9..17 ranks, multi-segment messages", A, gs::
     check_exact<A, double>(n, 200003, gs::op::avg);
     check_exact<A, gs::bfloat16>(n, 5 * n + 3, gs::op::max);
   }
+}
+
+// Integer sums and products wrap modulo 2^bits (two's complement, as NCCL and MPI give),
+// the same on every rank and in every algorithm. The reference is computed here in the
+// unsigned type; the kernels must not leave signed overflow to the optimizer (the
+// sanitizer build, -Db_sanitize=undefined, reports it).
+template <class A, class T, class Op>
+void check_wrapping(Op op) {
+  using U = std::make_unsigned_t<T>;
+  constexpr std::size_t n = 3, count = 1001;
+  INFO(A::name << ", " << gs::dtype_name(gs::dtype_of<T>::value) << ", op " << gs::op_name(Op::id));
+  // Large values of both signs: most sums and products overflow.
+  auto input = [](std::size_t r, std::size_t i) {
+    return static_cast<T>(static_cast<U>(0x9E3779B97F4A7C15ull * (r * count + i + 1)));
+  };
+  std::vector<std::vector<T>> out(n);
+  gs::transport::run_local(n, [&](gs::transport::local& t) {
+    std::vector<T> v(count);
+    for (std::size_t i = 0; i < count; ++i) v[i] = input(t.rank(), i);
+    gs::allreduce<A>(t, std::span<T>(v), op, {.timeout = gs::seconds_d{60}});
+    out[t.rank()] = std::move(v);
+  });
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    U e = static_cast<U>(input(0, i));
+    for (std::size_t r = 1; r < n; ++r) {
+      const U x = static_cast<U>(input(r, i));
+      e = Op::id == gs::reduce_op::prod ? static_cast<U>(e * x) : static_cast<U>(e + x);
+    }
+    wrong += out[0][i] != static_cast<T>(e);
+  }
+  CHECK(wrong == 0);
+  for (std::size_t r = 1; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(out[r] == out[0]);
+  }
+}
+
+TEST_CASE_TEMPLATE("integer sum and prod wrap modulo 2^bits on every rank", A, gs::algo::ring,
+                   gs::algo::tree, gs::algo::halving_doubling) {
+  gs::testbed::watchdog wd(60, std::string("integer wrap, ") + std::string(A::name));
+  check_wrapping<A, std::int32_t>(gs::op::sum);
+  check_wrapping<A, std::int32_t>(gs::op::prod);
+  check_wrapping<A, std::int64_t>(gs::op::sum);
+  check_wrapping<A, std::int64_t>(gs::op::prod);
 }

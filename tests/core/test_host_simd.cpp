@@ -30,6 +30,14 @@ std::vector<T> random_bits(std::size_t n, std::mt19937_64& rng) {
   return v;
 }
 
+// Whether x and y hold the same bytes (memcmp may not be given the null data() of an
+// empty vector).
+template <class T>
+bool same_bytes(const std::vector<T>& x, const std::vector<T>& y) {
+  return x.size() == y.size() &&
+         (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0);
+}
+
 // Index of the first element whose bytes differ (n when none), and both as hex.
 template <class T>
 std::string first_difference(const std::vector<T>& x, const std::vector<T>& y) {
@@ -54,20 +62,18 @@ void compare_builds(Op op, std::mt19937_64& rng) {
       auto x = a, y = a;
       gk::detail::loop_into_generic(x.data() + shift, b.data() + shift, n, f);
       gk::detail::loop_into_avx2(y.data() + shift, b.data() + shift, n, f);
-      CHECK_MESSAGE(std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0,
-                    "reduce_into " << gs::dtype_name(gs::dtype_of<T>::value) << " "
-                                   << gs::op_name(Op::id) << " n " << n << ", "
-                                   << first_difference(x, y));
+      CHECK_MESSAGE(same_bytes(x, y), "reduce_into " << gs::dtype_name(gs::dtype_of<T>::value)
+                                                     << " " << gs::op_name(Op::id) << " n " << n
+                                                     << ", " << first_difference(x, y));
       std::vector<T> p(n + shift), q(n + shift);
       gk::detail::loop_to_generic(p.data() + shift, a.data() + shift, b.data() + shift, n, f);
       gk::detail::loop_to_avx2(q.data() + shift, a.data() + shift, b.data() + shift, n, f);
-      CHECK_MESSAGE(std::memcmp(p.data(), q.data(), p.size() * sizeof(T)) == 0,
-                    "reduce_to " << gs::dtype_name(gs::dtype_of<T>::value) << " "
-                                 << gs::op_name(Op::id) << " n " << n);
+      CHECK_MESSAGE(same_bytes(p, q), "reduce_to " << gs::dtype_name(gs::dtype_of<T>::value) << " "
+                                                   << gs::op_name(Op::id) << " n " << n);
       // The public entry point picks one of the two: same bits as well.
       auto z = a;
       gk::reduce_into(z.data() + shift, b.data() + shift, n, op);
-      CHECK(std::memcmp(z.data(), x.data(), z.size() * sizeof(T)) == 0);
+      CHECK(same_bytes(z, x));
     }
   }
 #else

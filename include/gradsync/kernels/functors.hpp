@@ -93,20 +93,45 @@ GRADSYNC_HOST_DEVICE inline compute_t<T> canonical(compute_t<T> r) {
   }
 }
 
+/// x + y; for integers modulo 2^bits (two's complement wrap-around, what NCCL and MPI
+/// give in practice), computed in the unsigned type because signed overflow is undefined
+/// behaviour (the optimizer may assume it never happens).
+template <class C>
+GRADSYNC_HOST_DEVICE inline C add_wrapping(C x, C y) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::common_type_t<std::make_unsigned_t<C>, unsigned>;  // no promotion to int
+    return static_cast<C>(static_cast<U>(x) + static_cast<U>(y));
+  } else {
+    return x + y;
+  }
+}
+
+/// x * y; for integers modulo 2^bits, like add_wrapping.
+template <class C>
+GRADSYNC_HOST_DEVICE inline C mul_wrapping(C x, C y) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::common_type_t<std::make_unsigned_t<C>, unsigned>;  // no promotion to int
+    return static_cast<C>(static_cast<U>(x) * static_cast<U>(y));
+  } else {
+    return x * y;
+  }
+}
+
 /// Combines two values of T under Op (avg combines as a sum; see finalize_fn). Sums and
-/// products that are NaN come out as the canonical NaN (canonical_nan_if).
+/// products that are NaN come out as the canonical NaN (canonical_nan_if); integer sums
+/// and products wrap modulo 2^bits (add_wrapping).
 template <class T, class Op>
 struct combine_fn {
   GRADSYNC_HOST_DEVICE T operator()(T a, T b) const {
     const compute_t<T> x = load(a), y = load(b);
     if constexpr (Op::id == reduce_op::prod) {
-      return store<T>(canonical<T>(x * y));
+      return store<T>(canonical<T>(mul_wrapping(x, y)));
     } else if constexpr (Op::id == reduce_op::min) {
       return store<T>(y < x ? y : x);
     } else if constexpr (Op::id == reduce_op::max) {
       return store<T>(x < y ? y : x);
     } else {
-      return store<T>(canonical<T>(x + y));
+      return store<T>(canonical<T>(add_wrapping(x, y)));
     }
   }
 };

@@ -161,7 +161,7 @@ class direct_call {
     const call_header h = call_header::make(ctx_.seq, count_, dtype_of<T>::value, Op::id, algo);
     std::memcpy(t_.slot(r_, parity_), &h, sizeof h);
     if (with_payload) {
-      std::memcpy(payload(r_), data_, count_ * sizeof(T));
+      copy_out(payload(r_), data_, count_ * sizeof(T), false);  // data_ may be null at 0
     } else if (extra_bytes) {
       std::memcpy(payload(r_), extra, extra_bytes);
     }
