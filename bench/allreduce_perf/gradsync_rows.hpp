@@ -93,48 +93,40 @@ gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer&
     const bool built = with_algorithm(name, [&]<class A>() {
       if constexpr (composes<A, Tr>) {
         composed = true;
-        visit_dtype(o.type, [&](auto tv) {
-          using T = std::remove_cvref_t<decltype(tv)>;
-          visit_op(o.op, [&](auto opv) {
-            using Op = std::remove_cvref_t<decltype(opv)>;
-            if constexpr (Op::id == reduce_op::avg && !is_floating_element_v<T>) {
-              throw std::invalid_argument("op avg needs a floating-point type");
-            } else {
-              subject<T> s;
-              s.label =
-                  make_label("gradsync", "gradsync",
-                             std::string(Tr::name) + (registered ? "_reg" : ""), name, mpi_name, o);
-              if constexpr (requires { t.template allocate<T>(std::size_t{1}); }) {
-                if (registered) {
-                  auto held = std::make_shared<decltype(t.template allocate<T>(1))>();
-                  s.buffer = [&t, held](std::size_t count) {
-                    *held = t.template allocate<T>(count);
-                    return held->span();
-                  };
-                }
-              }
-              call_options opt;
-              opt.check = o.agree;
-              s.run = [&t, opt](std::span<T> d) { allreduce<A>(t, d, Op{}, opt); };
-              sweep_result r;
-              if constexpr (!std::is_same_v<Partner, no_partner>) {
-                if (partner) {
-                  subject<T> p = partner->template make<T, Op>(o);
-                  subject<T>* both[] = {&s, &p};
-                  auto rs = sweep(g, o, std::span<subject<T>* const>(both), csv);
-                  tot.wrong += rs[1].wrong;
-                  r = std::move(rs[0]);
-                } else {
-                  r = sweep(g, o, s, csv);
-                }
-              } else {
-                r = sweep(g, o, s, csv);
-              }
-              tot.wrong += r.wrong;
-              for (const row& x : r.rows) tot.checked += x.wrong >= 0 ? 1 : 0;
-              ++tot.tables;
+        visit_type_op(o, [&]<class T, class Op>() {
+          subject<T> s;
+          s.label =
+              make_label("gradsync", "gradsync", std::string(Tr::name) + (registered ? "_reg" : ""),
+                         name, mpi_name, o);
+          if constexpr (requires { t.template allocate<T>(std::size_t{1}); }) {
+            if (registered) {
+              auto held = std::make_shared<decltype(t.template allocate<T>(1))>();
+              s.buffer = [&t, held](std::size_t count) {
+                *held = t.template allocate<T>(count);
+                return held->span();
+              };
             }
-          });
+          }
+          call_options opt;
+          opt.check = o.agree;
+          s.run = [&t, opt](std::span<T> d) { allreduce<A>(t, d, Op{}, opt); };
+          sweep_result r;
+          if constexpr (!std::is_same_v<Partner, no_partner>) {
+            if (partner) {
+              subject<T> p = partner->template make<T, Op>(o);
+              subject<T>* both[] = {&s, &p};
+              auto rs = sweep(g, o, std::span<subject<T>* const>(both), csv);
+              tot.wrong += rs[1].wrong;
+              r = std::move(rs[0]);
+            } else {
+              r = sweep(g, o, s, csv);
+            }
+          } else {
+            r = sweep(g, o, s, csv);
+          }
+          tot.wrong += r.wrong;
+          for (const row& x : r.rows) tot.checked += x.wrong >= 0 ? 1 : 0;
+          ++tot.tables;
         });
       }
     });

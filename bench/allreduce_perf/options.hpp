@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "gradsync/core/dtype.hpp"
@@ -109,6 +110,23 @@ inline reduce_op parse_op(const std::string& s) {
   if (s == "max") return reduce_op::max;
   if (s == "avg") return reduce_op::avg;
   throw std::invalid_argument("unknown op '" + s + "' (sum, prod, min, max, avg)");
+}
+
+/// Calls `f.template operator()<T, Op>()` with the element type and op that `o` names
+/// (-d, -o). Throws std::invalid_argument for op avg on an integer type.
+template <class F>
+void visit_type_op(const options& o, F&& f) {
+  visit_dtype(o.type, [&](auto tv) {
+    using T = std::remove_cvref_t<decltype(tv)>;
+    visit_op(o.op, [&](auto opv) {
+      using Op = std::remove_cvref_t<decltype(opv)>;
+      if constexpr (Op::id == reduce_op::avg && !is_floating_element_v<T>) {
+        throw std::invalid_argument("op avg needs a floating-point type");
+      } else {
+        f.template operator()<T, Op>();
+      }
+    });
+  });
 }
 
 /// Short type names for the table (nccl-tests style).

@@ -81,35 +81,27 @@ inline std::uint64_t run_gloo_peer(group& g, gloo::rendezvous::Store& store, con
       if (g.rank() == 0) std::printf("#\n# gloo algo=%s: unknown; skipped\n", algo.c_str());
       continue;
     }
-    visit_dtype(o.type, [&](auto tv) {
-      using T = std::remove_cvref_t<decltype(tv)>;
-      visit_op(o.op, [&](auto opv) {
-        using Op = std::remove_cvref_t<decltype(opv)>;
-        if constexpr (Op::id == reduce_op::avg && !is_floating_element_v<T>) {
-          throw std::invalid_argument("op avg needs a floating-point type");
+    visit_type_op(o, [&]<class T, class Op>() {
+      const gloo::ReductionFunction<T>* fn = detail::gloo_fn<T, Op>();
+      std::shared_ptr<gloo::Algorithm> a;
+      const std::size_t n = g.size();
+      subject<T> s;
+      s.label = make_label("peer", "gloo", "tcp", algo, mpi_name, o);
+      s.prepare = [&](std::span<T> d) {
+        a.reset();  // free the previous size's buffers first
+        std::vector<T*> ptrs{d.data()};
+        const int count = static_cast<int>(d.size());
+        if (algo == "ring_chunked") {
+          a = std::make_shared<gloo::AllreduceRingChunked<T>>(ctx, ptrs, count, fn);
         } else {
-          const gloo::ReductionFunction<T>* fn = detail::gloo_fn<T, Op>();
-          std::shared_ptr<gloo::Algorithm> a;
-          const std::size_t n = g.size();
-          subject<T> s;
-          s.label = make_label("peer", "gloo", "tcp", algo, mpi_name, o);
-          s.prepare = [&](std::span<T> d) {
-            a.reset();  // free the previous size's buffers first
-            std::vector<T*> ptrs{d.data()};
-            const int count = static_cast<int>(d.size());
-            if (algo == "ring_chunked") {
-              a = std::make_shared<gloo::AllreduceRingChunked<T>>(ctx, ptrs, count, fn);
-            } else {
-              a = std::make_shared<gloo::AllreduceHalvingDoubling<T>>(ctx, ptrs, count, fn);
-            }
-          };
-          s.run = [&](std::span<T> d) {
-            a->run();
-            if constexpr (Op::id == reduce_op::avg) kernels::finalize(d.data(), d.size(), n, Op{});
-          };
-          wrong += sweep(g, o, s, csv).wrong;
+          a = std::make_shared<gloo::AllreduceHalvingDoubling<T>>(ctx, ptrs, count, fn);
         }
-      });
+      };
+      s.run = [&](std::span<T> d) {
+        a->run();
+        if constexpr (Op::id == reduce_op::avg) kernels::finalize(d.data(), d.size(), n, Op{});
+      };
+      wrong += sweep(g, o, s, csv).wrong;
     });
   }
   return wrong;

@@ -67,17 +67,9 @@ inline std::uint64_t run_mpi_peer(mpi_group& g, const options& o, csv_writer& cs
                                   const std::string& mpi_name) {
   std::uint64_t wrong = 0;
   mpi_peer_maker maker(g.comm(), mpi_name);
-  visit_dtype(o.type, [&](auto tv) {
-    using T = std::remove_cvref_t<decltype(tv)>;
-    visit_op(o.op, [&](auto opv) {
-      using Op = std::remove_cvref_t<decltype(opv)>;
-      if constexpr (Op::id == reduce_op::avg && !is_floating_element_v<T>) {
-        throw std::invalid_argument("op avg needs a floating-point type");
-      } else {
-        subject<T> s = maker.template make<T, Op>(o);
-        wrong += sweep(g, o, s, csv).wrong;
-      }
-    });
+  visit_type_op(o, [&]<class T, class Op>() {
+    subject<T> s = maker.template make<T, Op>(o);
+    wrong += sweep(g, o, s, csv).wrong;
   });
   return wrong;
 }

@@ -111,11 +111,9 @@ struct auto_select {
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
     const std::size_t bytes = data.size() * sizeof(T), n = t.size();
     if constexpr (Tr::peer_access) {
-      // HOOK for transports with peer access (shm, cuda_ipc): choose algo::direct
-      // one-shot / two-shot (algorithm/direct.hpp) here for the sizes where reading
-      // peers' buffers directly wins, log the choice like below, and return; fall
-      // through to the table for the rest. The decision must depend only on
-      // (bytes, n) so that every rank makes the same one.
+      // Host peer-memory transports (shm) always take a direct algorithm; the choice
+      // depends only on (bytes, n), so every rank makes the same one. Any other
+      // peer-access transport falls through to the table.
       if constexpr (direct_on<Tr>) {
         // transport::shm, measured with tests/shm/shm_probe (2-core EPYC VM shared
         // with ~10 busy processes, ranks at nice -20, float sum, median us per call):
