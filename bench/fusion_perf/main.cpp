@@ -2,7 +2,7 @@
 //
 //   fusion_perf [--ranks 2] [--reps 7] [--reps-small 21] [--models small,resnet50,bert]
 //               [--bert-layers 12]
-//               [--ratios 1,2] [--no-overlap] [--timeline PREFIX]
+//               [--ratios 1,2] [--no-overlap] [--timeline PREFIX] [--progress-nice N]
 //   mpirun -n 2 fusion_perf_openmpi --transport shm,mpi ...
 //
 // Rows: median (and min) over reps of the slowest rank's step time; "vs" is the unfused
@@ -86,6 +86,8 @@ gb::perf_options parse(int argc, char** argv) {
       o.transports = split(next());
     } else if (a == "--timeline") {
       o.timeline = next();
+    } else if (a == "--progress-nice") {
+      o.progress_nice = std::stoi(next());
     } else {
       std::fprintf(stderr, "fusion_perf: unknown option %s (see the comment in main.cpp)\n",
                    a.c_str());
@@ -127,8 +129,8 @@ int report(const std::vector<gb::row>& rows, const gb::perf_options& o, std::siz
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   std::printf(
       "# fusion_perf: %zu ranks, algo::auto_select, op avg, float32, median of %d (%d for models "
-      "< 64 MiB; after %d warm-up) of the slowest rank, %s\n",
-      ranks, o.reps, std::max(o.reps, o.reps_small), o.warmup, when);
+      "< 64 MiB; after %d warm-up) of the slowest rank, progress thread nice +%d, %s\n",
+      ranks, o.reps, std::max(o.reps, o.reps_small), o.warmup, o.progress_nice, when);
   std::printf("# %-9s %-12s %-30s %7s %7s %9s %10s %10s %8s %9s %6s\n", "transport", "model",
               "mode", "tensors", "buckets", "MiB", "median_ms", "min_ms", "algbw", "vs", "#wrong");
   int bad = 0;

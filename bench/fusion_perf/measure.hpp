@@ -32,6 +32,7 @@ struct perf_options {
   std::vector<double> compute_ratios{1.0, 2.0};  // compute = ratio x fused comm time
   bool overlap = true;
   std::string timeline;  // prefix: write timelines of the overlap runs
+  int progress_nice = allreducer_options{}.progress_nice;  // of every allreducer's thread
 };
 
 /// One result row.
@@ -277,9 +278,10 @@ class fusion_bench {
     std::snprintf(b, sizeof b, "%.1f", v);
     return b;
   }
-  static allreducer_options quiet() {
+  allreducer_options quiet() const {
     allreducer_options o;
     o.timeline = "";
+    o.progress_nice = o_.progress_nice;
     return o;
   }
 

@@ -52,6 +52,10 @@ namespace gradsync {
 struct allreducer_options {
   call_options call{};            ///< timeout and cross-rank checks of every collective
   bool background_thread = true;  ///< false: async work runs on the caller when launched
+  /// Nice steps the background thread lowers its priority by, so the caller's compute
+  /// thread gets its core back as soon as it wakes (docs/fusion.md, "Overlap"); 0 keeps
+  /// the caller's priority.
+  int progress_nice = 10;
   std::string timeline = observe::timeline::env_path();  ///< Chrome-trace path; "" = off
 };
 
@@ -88,7 +92,7 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion> {
   explicit allreducer(Transport& t, call_options opt = {})
       : allreducer(t, allreducer_options{opt}) {}
   allreducer(Transport& t, allreducer_options o)
-      : base(t, o.call, o.timeline), bg_(o.background_thread) {
+      : base(t, o.call, o.timeline), bg_(o.background_thread, o.progress_nice) {
     if (o.background_thread) detail::check_thread_level(t);
     log(log_level::info, t.rank(),
         "allreducer: transport=%s algorithm=%s fusion=%s (bucket %zu B, first %zu B) "

@@ -1,10 +1,23 @@
 // Asynchronous operation: handles, errors raised on the progress thread reaching
-// wait(), destruction with work in flight (peer that never calls), inline progress.
+// wait(), destruction with work in flight (peer that never calls), inline progress, the
+// progress thread's priority.
 #include <doctest/doctest.h>
 
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <dirent.h>
+#include <fstream>
+#endif
+
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -210,6 +223,63 @@ TEST_CASE("background_thread = false: async work runs on the caller and is exact
   });
   CHECK(wrong == std::vector<std::size_t>{0, 0});
 }
+
+#if defined(__linux__)
+namespace {
+int nice_of_this_thread() {
+  errno = 0;
+  return getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+}
+// The nice value of every thread of this process (field 19 of /proc/self/task/*/stat).
+std::vector<int> nice_of_all_threads() {
+  std::vector<int> out;
+  DIR* d = opendir("/proc/self/task");
+  REQUIRE(d != nullptr);
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;  // the thread has just exited
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 19; ++i) rest >> field;
+    out.push_back(std::stoi(field));
+  }
+  closedir(d);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("the progress thread lowers its own priority by progress_nice; the caller keeps its") {
+  gs::testbed::watchdog wd(60, "progress thread priority");
+  const int base = nice_of_this_thread();
+  for (int steps : {0, 3, 10, 40}) {
+    CAPTURE(steps);
+    int seen = -100;
+    gs::progress_thread pt(true, steps);
+    pt.post({[&](const gs::job_times&) { seen = nice_of_this_thread(); }, {}});
+    pt.drain();
+    CHECK(seen == std::min(base + steps, 19));
+    CHECK(nice_of_this_thread() == base);
+  }
+  // Wired through the allreducer: while its thread lives, exactly one thread of this
+  // process runs at base + progress_nice.
+  for (int steps : {4, 0}) {
+    CAPTURE(steps);
+    gs::transport::run_local(1, [&](local& t) {
+      gs::allreducer_options o;
+      o.progress_nice = steps;
+      gs::allreducer<local, gs::algo::ring> ar(t, o);
+      std::vector<float> v(100, 1.0f);
+      ar.allreduce_async(std::span<float>(v), gs::op::sum).wait();
+      const auto nices = nice_of_all_threads();
+      const auto lowered = std::count(nices.begin(), nices.end(), std::min(base + steps, 19));
+      CHECK(lowered == (steps == 0 ? static_cast<long>(nices.size()) : 1));
+      CHECK(v[0] == 1.0f);
+    });
+  }
+}
+#endif
 
 TEST_CASE("the next step cannot start while the previous one is in flight") {
   gs::testbed::watchdog wd(60, "step in flight");

@@ -3,6 +3,15 @@
 // order, so every rank issues its collectives in the same order as it queued them).
 #pragma once
 
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#endif
+
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -19,6 +28,22 @@
 namespace gradsync {
 
 namespace detail {
+
+/// Raises the calling thread's nice value by `steps` (at most to 19), so that it yields
+/// its core to the process's other threads when they wake up. Linux keeps a nice value
+/// per thread; elsewhere, or when the system refuses, nothing changes.
+inline void lower_this_thread_priority(int steps) {
+#if defined(__linux__)
+  if (steps <= 0) return;
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, tid);
+  if (now == -1 && errno != 0) return;
+  (void)::setpriority(PRIO_PROCESS, tid, std::min(now + steps, 19));
+#else
+  (void)steps;
+#endif
+}
 
 /// Shared state of one asynchronous operation made of `remaining` jobs.
 class completion {
@@ -116,7 +141,9 @@ class progress_thread {
     std::function<void(std::exception_ptr)> cancel;
   };
 
-  explicit progress_thread(bool enabled) : enabled_(enabled) {}
+  /// `enabled`: false runs every job on the caller. `nice`: how many steps the thread
+  /// lowers its own priority by (detail::lower_this_thread_priority; 0 keeps it).
+  explicit progress_thread(bool enabled, int nice = 0) : enabled_(enabled), nice_(nice) {}
   progress_thread(const progress_thread&) = delete;
   progress_thread& operator=(const progress_thread&) = delete;
   ~progress_thread() { stop(); }
@@ -173,6 +200,7 @@ class progress_thread {
 
  private:
   void loop() {
+    detail::lower_this_thread_priority(nice_);
     std::unique_lock lk(m_);
     for (;;) {
       cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
@@ -192,6 +220,7 @@ class progress_thread {
   }
 
   bool enabled_;
+  int nice_;
   mutable std::mutex m_;
   std::condition_variable cv_, idle_cv_;
   std::deque<job> q_;
