@@ -53,7 +53,7 @@ struct allreducer_options {
   call_options call{};            ///< timeout and cross-rank checks of every collective
   bool background_thread = true;  ///< false: async work runs on the caller when launched
   /// Nice steps the background thread lowers its priority by, so the caller's compute
-  /// thread gets its core back as soon as it wakes (docs/fusion.md, "Overlap"); 0 keeps
+  /// thread gets its core back as soon as it wakes (docs/fusion.md, "Priority"); 0 keeps
   /// the caller's priority.
   int progress_nice = 10;
   std::string timeline = observe::timeline::env_path();  ///< Chrome-trace path; "" = off
