@@ -110,29 +110,27 @@ struct auto_select {
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
     const std::size_t bytes = data.size() * sizeof(T), n = t.size();
-    if constexpr (Tr::peer_access) {
-      // Host peer-memory transports (shm) always take a direct algorithm; the choice
-      // depends only on (bytes, n), so every rank makes the same one. Any other
-      // peer-access transport falls through to the table.
-      if constexpr (direct_on<Tr>) {
-        // transport::shm, measured with tests/shm/shm_probe (2-core EPYC VM shared
-        // with ~10 busy processes, ranks at nice -20, float sum, median us per call):
-        //   2 ranks   8 B: one-shot 0.41, two-shot 0.83, ring 1.33, tree 1.50
-        //            32 KiB: one 9.5, two 31, ring 21, tree 18; 256 KiB: one 166, two 248
-        //            64 MiB: two-shot 206-270 ms, ring 320-1350 ms, h-d 216-1100 ms
-        //   4 ranks  64 KiB: one 189, two 250; 256 KiB: one 2426, two 5977;
-        //            4 MiB: one 32461, two 15638; 64 MiB: two 249 ms, ring 375 ms
-        // One-shot (header round + one stage per chunk; inline in the slot up to 32 KiB)
-        // wins up to 256 KiB; above, two-shot reads each byte once per rank. Only direct
-        // algorithms here: they compare call headers themselves (checks_headers_on).
-        const bool one = bytes <= one_shot_max_bytes;
-        if (log_enabled(log_level::debug)) {
-          log(log_level::debug, t.rank(), "auto_select: %zu bytes, %zu ranks -> %s", bytes, n,
-              one ? "direct_one_shot" : "direct_two_shot");
-        }
-        if (one) return direct_one_shot::run(t, data, op, ctx);
-        return direct_two_shot::run(t, data, op, ctx);
+    // Host peer-memory transports (shm) always take a direct algorithm; the choice
+    // depends only on (bytes, n), so every rank makes the same one. Any other transport,
+    // peer access or not, goes by the table.
+    if constexpr (direct_on<Tr>) {
+      // transport::shm, measured with tests/shm/shm_probe (2-core EPYC VM shared
+      // with ~10 busy processes, ranks at nice -20, float sum, median us per call):
+      //   2 ranks   8 B: one-shot 0.41, two-shot 0.83, ring 1.33, tree 1.50
+      //            32 KiB: one 9.5, two 31, ring 21, tree 18; 256 KiB: one 166, two 248
+      //            64 MiB: two-shot 206-270 ms, ring 320-1350 ms, h-d 216-1100 ms
+      //   4 ranks  64 KiB: one 189, two 250; 256 KiB: one 2426, two 5977;
+      //            4 MiB: one 32461, two 15638; 64 MiB: two 249 ms, ring 375 ms
+      // One-shot (header round + one stage per chunk; inline in the slot up to 32 KiB)
+      // wins up to 256 KiB; above, two-shot reads each byte once per rank. Only direct
+      // algorithms here: they compare call headers themselves (checks_headers_on).
+      const bool one = bytes <= one_shot_max_bytes;
+      if (log_enabled(log_level::debug)) {
+        log(log_level::debug, t.rank(), "auto_select: %zu bytes, %zu ranks -> %s", bytes, n,
+            one ? "direct_one_shot" : "direct_two_shot");
       }
+      if (one) return direct_one_shot::run(t, data, op, ctx);
+      return direct_two_shot::run(t, data, op, ctx);
     }
     const auto_choice c = auto_choose(bytes, n);
     if (log_enabled(log_level::debug)) {
