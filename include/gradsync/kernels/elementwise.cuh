@@ -107,7 +107,7 @@ void scale(T* data, std::size_t n, float factor, cudaStream_t stream) {
   check_launch("scale kernel launch");
 }
 
-/// dst[i] = To(src[i]) (float <-> half / bfloat16, or any element types).
+/// dst[i] = To(src[i]) (float <-> half / bfloat16; To a floating element type).
 template <class From, class To>
 void cast(To* dst, const From* src, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "gradsync/config.hpp"
+#include "gradsync/core/dtype.hpp"
 #include "gradsync/core/half.hpp"
 #include "gradsync/core/op.hpp"
 
@@ -149,9 +150,14 @@ struct finalize_fn {
   }
 };
 
-/// Scales a value by a factor (used by compression and by trainers).
+/// Scales a value by a factor (used by compression and by trainers). Floating-point
+/// element types only: an integer times a float factor, converted back, is undefined
+/// behaviour whenever the product leaves the integer's range.
 template <class T>
 struct scale_fn {
+  static_assert(is_floating_element_v<T>,
+                "gradsync::kernels::scale: the element type must be float, double, half or "
+                "bfloat16; scale integer tensors with your own integer arithmetic");
   float factor;
   GRADSYNC_HOST_DEVICE T operator()(T a) const {
     return store<T>(static_cast<compute_t<T>>(load(a) * factor));
@@ -161,6 +167,10 @@ struct scale_fn {
 /// Converts between element types through the compute type (float <-> half/bfloat16).
 template <class From, class To>
 struct cast_fn {
+  static_assert(is_floating_element_v<To>,
+                "gradsync::kernels::cast: the destination type must be float, double, half or "
+                "bfloat16 (a float converted to an integer type it does not fit is undefined "
+                "behaviour)");
   GRADSYNC_HOST_DEVICE To operator()(From a) const {
     return store<To>(static_cast<compute_t<To>>(static_cast<float>(load(a))));
   }
