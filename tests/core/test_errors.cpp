@@ -5,6 +5,11 @@
 // errc::invalid_argument. Each test checks the code and what the message names.
 #include <doctest/doctest.h>
 
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -225,6 +230,59 @@ TEST_CASE_TEMPLATE("a rank that leaves early: its peers get errc::peer_lost", A,
                    gs::algo::tree, gs::algo::halving_doubling, gs::algo::auto_select) {
   check_peer_lost<A>();
 }
+
+#if defined(__linux__)
+// A waiting rank whose core is taken by a busy thread, at a raised nice value (what an
+// allreducer's progress thread runs at, next to a compute thread or another process):
+// every yield may hand the busy thread a whole time slice, so a wait that yields a fixed
+// number of times before blocking overran a 0.3 s deadline by 10 s. It must still fail
+// with errc::timeout close to its deadline.
+TEST_CASE("a waiting rank whose core a busy thread holds still times out at its deadline") {
+  gs::testbed::watchdog wd(60, "timeout next to a busy thread");
+  cpu_set_t mine;
+  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &mine)) ++cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  std::atomic<bool> stop{false}, failed{false};
+  double took = -1;
+  auto out = run_catching(2, [&](gs::transport::local& t) {
+    if (t.rank() == 1) {  // never calls; leaves once rank 0 has failed
+      while (!failed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    REQUIRE(pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0);
+    gs::detail::lower_this_thread_priority(10);
+    std::thread hog([&] {
+      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+    std::vector<float> v(1000, 1.0f);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum,
+                                    {.timeout = gs::seconds_d{0.3}});
+    } catch (...) {
+      took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      stop = true;
+      failed = true;
+      hog.join();
+      throw;
+    }
+    stop = true;
+    failed = true;
+    hog.join();
+  });
+  CAPTURE(out[0].what);
+  CHECK(out[0].threw);
+  CHECK(out[0].code == gs::errc::timeout);
+  CHECK(took >= 0.3);
+  CHECK(took < 1.3);
+}
+#endif
 
 TEST_CASE("out-of-place argument errors raise errc::invalid_argument") {
   gs::testbed::watchdog wd(30, "out-of-place argument errors");

@@ -2,7 +2,9 @@
 // receives meet. Whichever side posts second copies the bytes (one memcpy, no staging).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -12,7 +14,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <chrono>
 #include <vector>
 
 #include "gradsync/core/error.hpp"
@@ -80,11 +81,21 @@ class local_group {
 
   /// Blocks rank `me` until `m` is done, its peer has left, or the deadline passes.
   /// Returns 0 when done, 1 when the peer left, 2 on timeout.
+  /// Spins 64 rounds, then yields for up to `yield_for` of wall time, then blocks on the
+  /// rank's condition variable. The yield phase is bounded by time, not by a count: when
+  /// another process holds the core, each yield can give it a whole time slice (several
+  /// ms, longer for a thread at a raised nice value such as the allreducer's progress
+  /// thread), and 2000 counted yields once took 11 s past a 0.3 s deadline.
   int wait(std::size_t me, const local_msg& m, std::size_t peer,
            std::chrono::steady_clock::time_point until) {
-    for (int spin = 0; spin < 2000; ++spin) {
+    constexpr auto yield_for = std::chrono::milliseconds(1);
+    for (int spin = 0; spin < 64; ++spin) {
       if (m.done.load(std::memory_order_acquire)) return 0;
-      if (spin > 64) std::this_thread::yield();
+    }
+    const auto yield_until = std::min(until, std::chrono::steady_clock::now() + yield_for);
+    while (!m.done.load(std::memory_order_acquire)) {
+      if (std::chrono::steady_clock::now() >= yield_until) break;
+      std::this_thread::yield();
     }
     auto& r = ranks_[me];
     std::unique_lock lk(r.m);
