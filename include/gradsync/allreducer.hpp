@@ -54,8 +54,8 @@ struct allreducer_options {
   bool background_thread = true;  ///< false: async work runs on the caller when launched
   /// Nice steps the background thread lowers its priority by, so the caller's compute
   /// thread gets its core back as soon as it wakes (docs/fusion.md, "Priority"); 0 keeps
-  /// the caller's priority.
-  int progress_nice = 10;
+  /// the caller's priority. Default 10, or GRADSYNC_PROGRESS_NICE (0..19) when set.
+  int progress_nice = detail::progress_nice_from_env(10);
   std::string timeline = observe::timeline::env_path();  ///< Chrome-trace path; "" = off
 };
 

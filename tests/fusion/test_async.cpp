@@ -279,6 +279,39 @@ TEST_CASE("the progress thread lowers its own priority by progress_nice; the cal
     });
   }
 }
+
+TEST_CASE("GRADSYNC_PROGRESS_NICE sets the default progress_nice; a bad value is named") {
+  gs::testbed::watchdog wd(60, "GRADSYNC_PROGRESS_NICE");
+  const int base = nice_of_this_thread();
+  unsetenv("GRADSYNC_PROGRESS_NICE");
+  CHECK(gs::allreducer_options{}.progress_nice == 10);
+  setenv("GRADSYNC_PROGRESS_NICE", "0", 1);
+  CHECK(gs::allreducer_options{}.progress_nice == 0);
+  setenv("GRADSYNC_PROGRESS_NICE", "7", 1);
+  CHECK(gs::allreducer_options{}.progress_nice == 7);
+  // The allreducer a trainer builds with default options picks it up.
+  gs::transport::run_local(1, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring> ar(t);
+    std::vector<float> v(100, 1.0f);
+    ar.allreduce_async(std::span<float>(v), gs::op::sum).wait();
+    const auto nices = nice_of_all_threads();
+    CHECK(std::count(nices.begin(), nices.end(), std::min(base + 7, 19)) == 1);
+  });
+  for (const char* bad : {"20", "-1", "ten", "5x"}) {
+    CAPTURE(bad);
+    setenv("GRADSYNC_PROGRESS_NICE", bad, 1);
+    try {
+      gs::allreducer_options o;
+      FAIL("accepted GRADSYNC_PROGRESS_NICE=" << std::string(bad) << " as " << o.progress_nice);
+    } catch (const gs::error& e) {
+      CHECK(e.code() == gs::errc::invalid_argument);
+      CHECK(std::string(e.what()).find(
+                "GRADSYNC_PROGRESS_NICE must be an integer from 0 to 19, got '" + std::string(bad) +
+                "'") != std::string::npos);
+    }
+  }
+  unsetenv("GRADSYNC_PROGRESS_NICE");
+}
 #endif
 
 TEST_CASE("the next step cannot start while the previous one is in flight") {

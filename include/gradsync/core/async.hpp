@@ -15,11 +15,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -43,6 +45,21 @@ inline void lower_this_thread_priority(int steps) {
 #else
   (void)steps;
 #endif
+}
+
+/// GRADSYNC_PROGRESS_NICE (an integer 0..19) if set, else `fallback`: the nice steps an
+/// allreducer's progress thread lowers its priority by (allreducer_options::progress_nice).
+inline int progress_nice_from_env(int fallback) {
+  const char* s = std::getenv("GRADSYNC_PROGRESS_NICE");
+  if (!s || !*s) return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < 0 || v > 19) {
+    throw error(
+        errc::invalid_argument, {},
+        std::string("GRADSYNC_PROGRESS_NICE must be an integer from 0 to 19, got '") + s + "'");
+  }
+  return static_cast<int>(v);
 }
 
 /// Shared state of one asynchronous operation made of `remaining` jobs.
