@@ -3,13 +3,17 @@
 // errors; plus the segment's mode (0600) and its removal from /dev/shm.
 #include <doctest/doctest.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +22,7 @@
 #include <gradsync/algorithm/direct.hpp>
 #include <gradsync/algorithm/ring.hpp>
 #include <gradsync/allreduce.hpp>
+#include <gradsync/core/async.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/shm.hpp>
 
@@ -129,6 +134,52 @@ TEST_CASE("shm: a rank that never calls makes its peer time out, naming peer and
   CHECK(out[1].what.find("(peer 0)") != std::string::npos);
   CHECK(out[1].what.find("failed") != std::string::npos);
   CHECK(out[1].seconds < 1.5 + 5);  // found at once, not after its own 20 s deadline
+}
+
+// A waiting rank whose core a busy thread holds, at nice +10 (an allreducer's progress
+// thread next to a compute thread): its spin-yield-sleep wait must still end close to
+// the deadline (each yield may hand the busy thread a whole time slice).
+TEST_CASE("shm: a waiter whose core a busy thread holds still times out at its deadline") {
+  gs::testbed::watchdog wd(30, "shm timeout next to a busy thread");
+  const auto out = gs::testbed::fork_ranks(
+      2, gs::testbed::unique_job("busy"),
+      [](gs::transport::shm& t, rank_env&) {
+        if (t.rank() == 1) {  // never calls
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          return;
+        }
+        cpu_set_t mine, one;
+        if (sched_getaffinity(0, sizeof mine, &mine) != 0) throw std::runtime_error("affinity");
+        int cpu = 0;
+        while (!CPU_ISSET(cpu, &mine)) ++cpu;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+        gs::detail::lower_this_thread_priority(10);
+        std::atomic<bool> stop{false};
+        std::thread hog([&] {
+          pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+          while (!stop.load(std::memory_order_relaxed)) {
+          }
+        });
+        std::vector<double> v(100, 1.0);
+        gs::call_options opt;
+        opt.timeout = gs::seconds_d(0.3);
+        try {
+          gs::allreduce<gs::algo::ring>(t, std::span<double>(v), gs::op::sum, opt);
+        } catch (...) {
+          stop = true;
+          hog.join();
+          throw;
+        }
+        stop = true;
+        hog.join();
+      },
+      {.time_limit = 20, .max_records = 4, .configure = {}, .while_running = {}});
+  INFO("rank 0: " << out[0].what);
+  CHECK(out[0].error_code == static_cast<int>(gs::errc::timeout));
+  CHECK(out[0].seconds >= 0.3);
+  CHECK(out[0].seconds < 1.3);
 }
 
 TEST_CASE("shm: mismatched counts or types raise mismatch on every rank, then work again") {
