@@ -51,6 +51,27 @@ class capture_stderr {
 };
 }  // namespace
 
+TEST_CASE("GRADSYNC_LOG values: the known levels, and an unknown one is reported on stderr") {
+  CHECK(gs::current_log_level() == gs::log_level::debug);  // meson sets debug
+  std::string said;
+  {
+    capture_stderr cap("test_log_level_stderr.txt");
+    CHECK(gs::log_level_from(nullptr) == gs::log_level::warn);
+    CHECK(gs::log_level_from("off") == gs::log_level::off);
+    CHECK(gs::log_level_from("none") == gs::log_level::off);
+    CHECK(gs::log_level_from("warn") == gs::log_level::warn);
+    CHECK(gs::log_level_from("info") == gs::log_level::info);
+    CHECK(gs::log_level_from("debug") == gs::log_level::debug);
+    said = cap.text();
+    CHECK(said.empty());  // known values are silent
+  }
+  capture_stderr cap("test_log_level_stderr.txt");
+  CHECK(gs::log_level_from("DEBUG!") == gs::log_level::warn);
+  said = cap.text();
+  CHECK(said.find("GRADSYNC_LOG='DEBUG!' is not one of off, warn, info, debug") !=
+        std::string::npos);
+}
+
 TEST_CASE("GRADSYNC_LOG=debug: composition, bucket plan and timeouts, with rank prefixes") {
   gs::testbed::watchdog wd(60, "log");
   REQUIRE(gs::current_log_level() == gs::log_level::debug);  // set by meson

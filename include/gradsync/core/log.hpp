@@ -10,16 +10,25 @@ namespace gradsync {
 
 enum class log_level : int { off = 0, warn = 1, info = 2, debug = 3 };
 
-/// The level chosen by GRADSYNC_LOG (read once per process; default warn).
+/// The level a GRADSYNC_LOG value names (nullptr: unset, warn). An unknown value says so
+/// on stderr and means warn.
+inline log_level log_level_from(const char* s) {
+  if (!s) return log_level::warn;
+  if (!std::strcmp(s, "debug")) return log_level::debug;
+  if (!std::strcmp(s, "info")) return log_level::info;
+  if (!std::strcmp(s, "off") || !std::strcmp(s, "none")) return log_level::off;
+  if (std::strcmp(s, "warn") != 0) {
+    std::fprintf(stderr,
+                 "[gradsync] warn: GRADSYNC_LOG='%s' is not one of off, warn, info, debug; "
+                 "logging warnings only\n",
+                 s);
+  }
+  return log_level::warn;
+}
+
+/// The level chosen by GRADSYNC_LOG (read once per process).
 inline log_level current_log_level() {
-  static const log_level level = [] {
-    const char* s = std::getenv("GRADSYNC_LOG");
-    if (!s) return log_level::warn;
-    if (!std::strcmp(s, "debug")) return log_level::debug;
-    if (!std::strcmp(s, "info")) return log_level::info;
-    if (!std::strcmp(s, "off") || !std::strcmp(s, "none")) return log_level::off;
-    return log_level::warn;
-  }();
+  static const log_level level = log_level_from(std::getenv("GRADSYNC_LOG"));
   return level;
 }
 

@@ -46,7 +46,12 @@ namespace gradsync::transport {
 
 /// Whether the MPI library can take device pointers (GRADSYNC_MPI_CUDA_AWARE overrides).
 inline bool mpi_is_cuda_aware() {
-  if (const char* e = std::getenv("GRADSYNC_MPI_CUDA_AWARE"); e && *e) return *e == '1';
+  if (const char* e = std::getenv("GRADSYNC_MPI_CUDA_AWARE"); e && *e) {
+    if (std::string_view(e) == "1") return true;
+    if (std::string_view(e) == "0") return false;
+    throw error(errc::invalid_argument, {},
+                std::string("GRADSYNC_MPI_CUDA_AWARE must be 0 or 1, got '") + e + "'");
+  }
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
   return MPIX_Query_cuda_support() == 1;
 #elif defined(MPICH_NUMVERSION) && MPICH_NUMVERSION >= 40000000
