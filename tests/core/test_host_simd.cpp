@@ -1,7 +1,9 @@
 // The host reductions' AVX2 build (chosen at run time) against the generic SSE2 build:
 // bit-identical results for every element type and op, on random bit patterns (NaN,
 // infinities and subnormals included), every length around the 64-byte blocks and
-// unaligned pointers. Ranks on CPUs with and without AVX2 must agree bit for bit.
+// unaligned pointers; the half and bfloat16 vector loops (kernels/host_16bit.hpp)
+// against the portable ones on every 16-bit value. Ranks on CPUs with and without AVX2
+// or F16C must agree bit for bit.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -146,3 +148,88 @@ TEST_CASE("NaN sums and products come out as the canonical NaN, whatever the pay
   gk::reduce_into(h.data(), g.data(), h.size(), gs::op::sum);
   for (const auto v : h) CHECK(v.bits == 0x7fffu);
 }
+
+#if GRADSYNC_HOST_16BIT
+namespace {
+// Every value of T against every value shifted by `rot` (mod 2^16): all numbers, all NaN
+// payloads, infinities, subnormals and signed zeros appear on both sides.
+template <class T, class Op>
+void compare_16bit_op(Op op, std::uint16_t rot) {
+  constexpr std::size_t n = 1 << 16;
+  std::vector<T> a(n), b(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    a[i] = T::from_bits(static_cast<std::uint16_t>(i));
+    b[i] = T::from_bits(static_cast<std::uint16_t>(i + rot));
+  }
+  const auto name = gs::dtype_name(gs::dtype_of<T>::value);
+  const gk::combine_fn<T, Op> f{};
+  auto want = a, got = a;
+  gk::detail::loop_into_generic(want.data(), b.data(), n, f);
+  gk::reduce_into(got.data(), b.data(), n, op);
+  CHECK_MESSAGE(same_bytes(want, got), "reduce_into " << name << " " << gs::op_name(Op::id)
+                                                      << " rot " << rot << ", "
+                                                      << first_difference(want, got));
+  std::vector<T> to(n);
+  gk::reduce_to(to.data(), a.data(), b.data(), n, op);
+  CHECK_MESSAGE(same_bytes(want, to), "reduce_to " << name << " " << gs::op_name(Op::id) << " rot "
+                                                   << rot << ", " << first_difference(want, to));
+}
+
+template <class T>
+void compare_16bit_type() {
+  for (std::uint16_t rot : {0, 1, 0x3c00, 0x3f80, 0x7c00, 0x7f80, 0x7fc0, 0x8000, 0x0400, 12345}) {
+    compare_16bit_op<T>(gs::op::sum, rot);
+    compare_16bit_op<T>(gs::op::prod, rot);
+    compare_16bit_op<T>(gs::op::min, rot);
+    compare_16bit_op<T>(gs::op::max, rot);
+  }
+  const auto name = gs::dtype_name(gs::dtype_of<T>::value);
+  // finalize (avg): multiply by the exact reciprocal (power-of-two ranks) or divide.
+  constexpr std::size_t n = 1 << 16;
+  std::vector<T> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = T::from_bits(static_cast<std::uint16_t>(i));
+  for (std::size_t ranks : {1ul, 2ul, 3ul, 4ul, 6ul, 7ul, 8ul, 64ul}) {
+    auto want = all, got = all;
+    const bool pow2 = (ranks & (ranks - 1)) == 0;
+    for (auto& v : want) {
+      v = pow2 ? gk::store<T>(gk::load(v) * (1.0f / static_cast<float>(ranks)))
+               : gk::finalize_fn<T, gs::op::avg_t>{static_cast<float>(ranks)}(v);
+    }
+    gk::finalize(got.data(), n, ranks, gs::op::avg);
+    CHECK_MESSAGE(same_bytes(want, got), "finalize avg " << name << " ranks " << ranks << ", "
+                                                         << first_difference(want, got));
+  }
+  // Lengths around the 16-element body and unaligned pointers.
+  std::mt19937_64 rng(7);
+  for (std::size_t len : {16ul, 17ul, 31ul, 32ul, 33ul, 1001ul}) {
+    for (std::size_t shift : {0ul, 1ul, 3ul}) {
+      const auto a = random_bits<T>(len + shift, rng), b = random_bits<T>(len + shift, rng);
+      auto want = a, got = a;
+      gk::detail::loop_into_generic(want.data() + shift, b.data() + shift, len,
+                                    gk::combine_fn<T, gs::op::sum_t>{});
+      gk::reduce_into(got.data() + shift, b.data() + shift, len, gs::op::sum);
+      CHECK_MESSAGE(same_bytes(want, got), name << " len " << len << " shift " << shift);
+      auto fw = a, fg = a;
+      for (std::size_t i = 0; i < len; ++i) {
+        fw[shift + i] = gk::finalize_fn<T, gs::op::avg_t>{3.0f}(fw[shift + i]);
+      }
+      gk::finalize(fg.data() + shift, len, 3, gs::op::avg);
+      CHECK_MESSAGE(same_bytes(fw, fg), name << " finalize len " << len << " shift " << shift);
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("half and bfloat16 vector loops give the portable code's bits on every value") {
+  if (gk::detail::has_16bit_loops<gs::half>()) {
+    compare_16bit_type<gs::half>();
+  } else {
+    MESSAGE("this CPU has no AVX2 + F16C: only the portable half loops run here");
+  }
+  if (gk::detail::has_16bit_loops<gs::bfloat16>()) {
+    compare_16bit_type<gs::bfloat16>();
+  } else {
+    MESSAGE("this CPU has no AVX2: only the portable bfloat16 loops run here");
+  }
+}
+#endif
