@@ -2,8 +2,7 @@
 // time (kernels/host.hpp): binary16 (gradsync::half) with the F16C conversions where the
 // CPU has AVX2 and F16C, bfloat16 with AVX2 integer operations. The portable conversions
 // of core/half.hpp vectorize poorly (the 16 <-> 32-bit widening and narrowing, and ~20
-// integer operations per half); here a conversion is one to four instructions per 8
-// elements.
+// integer operations per half); here a conversion takes 1-9 instructions per 8 elements.
 //
 // Bit-identical to the portable loops, so ranks with and without these agree:
 //  - 16-bit -> float is exact both ways (vcvtph2ps; a bfloat16 is the float's top half).
