@@ -220,14 +220,57 @@ void compare_16bit_type() {
 }
 }  // namespace
 
+// Casts from and to float: every 16-bit value to float, and floats of every exponent with
+// random mantissas (plus NaN payloads, infinities, zeros, subnormals) to 16 bits.
+template <class T>
+void compare_16bit_casts() {
+  const auto name = gs::dtype_name(gs::dtype_of<T>::value);
+  constexpr std::size_t n = 1 << 16;
+  std::vector<T> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = T::from_bits(static_cast<std::uint16_t>(i));
+  std::vector<float> want(n), got(n);
+  const gk::cast_fn<T, float> up{};
+  for (std::size_t i = 0; i < n; ++i) want[i] = up(all[i]);
+  gk::cast(got.data(), all.data(), n);
+  CHECK_MESSAGE(same_bytes(want, got), name << " -> float, " << first_difference(want, got));
+
+  std::mt19937_64 rng(11);
+  std::vector<float> f(1 << 20);
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    // exponent = i % 256 (every one, NaN/inf included), sign and mantissa random
+    const std::uint32_t r = static_cast<std::uint32_t>(rng());
+    const std::uint32_t bits = (r & 0x807fffffu) | (static_cast<std::uint32_t>(i % 256) << 23);
+    std::memcpy(&f[i], &bits, 4);
+  }
+  const gk::cast_fn<float, T> down{};
+  std::vector<T> w(f.size()), g(f.size());
+  for (std::size_t i = 0; i < f.size(); ++i) w[i] = down(f[i]);
+  gk::cast(g.data(), f.data(), f.size());
+  CHECK_MESSAGE(same_bytes(w, g), "float -> " << name << ", " << first_difference(w, g));
+  for (std::size_t len : {16ul, 17ul, 31ul, 33ul}) {  // tails and unaligned starts
+    for (std::size_t shift : {0ul, 1ul, 5ul}) {
+      std::vector<T> b(len + shift), ref(len + shift);
+      gk::cast(b.data() + shift, f.data() + 3, len);
+      for (std::size_t i = 0; i < len; ++i) ref[shift + i] = down(f[3 + i]);
+      CHECK_MESSAGE(same_bytes(ref, b), name << " len " << len << " shift " << shift);
+      std::vector<float> back(len + shift), bref(len + shift);
+      gk::cast(back.data() + shift, ref.data() + shift, len);
+      for (std::size_t i = 0; i < len; ++i) bref[shift + i] = up(ref[shift + i]);
+      CHECK_MESSAGE(same_bytes(bref, back), name << " back len " << len << " shift " << shift);
+    }
+  }
+}
+
 TEST_CASE("half and bfloat16 vector loops give the portable code's bits on every value") {
   if (gk::detail::has_16bit_loops<gs::half>()) {
     compare_16bit_type<gs::half>();
+    compare_16bit_casts<gs::half>();
   } else {
     MESSAGE("this CPU has no AVX2 + F16C: only the portable half loops run here");
   }
   if (gk::detail::has_16bit_loops<gs::bfloat16>()) {
     compare_16bit_type<gs::bfloat16>();
+    compare_16bit_casts<gs::bfloat16>();
   } else {
     MESSAGE("this CPU has no AVX2: only the portable bfloat16 loops run here");
   }

@@ -26,11 +26,11 @@ namespace gradsync::kernels {
 // included, see functors.hpp): 256 KiB 10.9 -> 9.4 us, 4 MiB 233 -> 172 us. Open MPI's
 // own reductions use AVX2 there too (its op/avx component).
 //
-// For half and bfloat16, reduce_into, reduce_to and finalize use explicit AVX2 (and, for
-// half, F16C) loops instead where the CPU has them (kernels/host_16bit.hpp; same bits):
-// sum of 64Ki elements, medians of 31 calls, g++ -O2 on the dev VM: half 90 -> 6.7 us,
-// bfloat16 23 -> 9.2 us (float: 10 us); 1Mi elements: half 1532 -> 113 us, bfloat16
-// 440 -> 175 us (float: 136 us).
+// For half and bfloat16, reduce_into, reduce_to, finalize and cast from and to float use
+// explicit AVX2 (and, for half, F16C) loops instead where the CPU has them
+// (kernels/host_16bit.hpp; same bits): sum of 64Ki elements, medians of 31 calls, g++ -O2
+// on the dev VM: half 90 -> 6.7 us, bfloat16 23 -> 9.2 us (float: 10 us); 1Mi elements:
+// half 1532 -> 113 us, bfloat16 440 -> 175 us (float: 136 us).
 
 /// Elements of T per fixed-length block.
 template <class T>
@@ -195,6 +195,17 @@ inline void scale(T* data, std::size_t n, float factor) {
 /// dst[i] = To(src[i]).
 template <class From, class To>
 inline void cast(To* GRADSYNC_RESTRICT dst, const From* GRADSYNC_RESTRICT src, std::size_t n) {
+#if GRADSYNC_HOST_16BIT
+  constexpr bool to_16 =
+      std::is_same_v<From, float> && (std::is_same_v<To, half> || std::is_same_v<To, bfloat16>);
+  constexpr bool from_16 =
+      std::is_same_v<To, float> && (std::is_same_v<From, half> || std::is_same_v<From, bfloat16>);
+  if constexpr (to_16) {
+    if (n >= 16 && detail::has_16bit_loops<To>()) return detail::cast_to_16bit(dst, src, n);
+  } else if constexpr (from_16) {
+    if (n >= 16 && detail::has_16bit_loops<From>()) return detail::cast_from_16bit(dst, src, n);
+  }
+#endif
   const cast_fn<From, To> f{};
   constexpr std::size_t w = block_elems<From>;
   const std::size_t body = n - n % w;

@@ -166,6 +166,47 @@ GRADSYNC_16BIT_TARGET void scale_16bit(T* data, std::size_t n, float k) {
   }
 }
 
+/// dst[i] = T(src[i]) (float -> half or bfloat16, as cast_fn). Call only where
+/// has_16bit_loops<T>().
+template <class T>
+GRADSYNC_16BIT_TARGET void cast_to_16bit(T* dst, const float* src, std::size_t n) {
+  const std::size_t body = n - n % 16;
+  for (std::size_t i = 0; i < body; i += 16) {
+    const __m256 f0 = _mm256_loadu_ps(src + i), f1 = _mm256_loadu_ps(src + i + 8);
+    if constexpr (std::is_same_v<T, half>) {
+      store16(dst + i, {f0, f1});
+    } else {  // store16 packs in the interleaved order load16 produces
+      store16(dst + i,
+              {_mm256_permute2f128_ps(f0, f1, 0x20), _mm256_permute2f128_ps(f0, f1, 0x31)});
+    }
+  }
+  const cast_fn<float, T> f{};
+  for (std::size_t i = body; i < n; ++i) dst[i] = f(src[i]);
+}
+
+/// dst[i] = float(src[i]) (half or bfloat16 -> float, as cast_fn: exact; a half NaN
+/// becomes the canonical float NaN 0x7fffffff, a bfloat16 NaN keeps its bits). Call only
+/// where has_16bit_loops<T>().
+template <class T>
+GRADSYNC_16BIT_TARGET void cast_from_16bit(float* dst, const T* src, std::size_t n) {
+  const std::size_t body = n - n % 16;
+  for (std::size_t i = 0; i < body; i += 16) {
+    floats16 x = load16(src + i);
+    if constexpr (std::is_same_v<T, half>) {
+      const __m256 canonical = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+      x.lo = _mm256_blendv_ps(x.lo, canonical, _mm256_cmp_ps(x.lo, x.lo, _CMP_UNORD_Q));
+      x.hi = _mm256_blendv_ps(x.hi, canonical, _mm256_cmp_ps(x.hi, x.hi, _CMP_UNORD_Q));
+      _mm256_storeu_ps(dst + i, x.lo);
+      _mm256_storeu_ps(dst + i + 8, x.hi);
+    } else {  // undo load16's interleaving
+      _mm256_storeu_ps(dst + i, _mm256_permute2f128_ps(x.lo, x.hi, 0x20));
+      _mm256_storeu_ps(dst + i + 8, _mm256_permute2f128_ps(x.lo, x.hi, 0x31));
+    }
+  }
+  const cast_fn<T, float> f{};
+  for (std::size_t i = body; i < n; ++i) dst[i] = f(src[i]);
+}
+
 #undef GRADSYNC_16BIT_TARGET
 
 }  // namespace gradsync::kernels::detail
