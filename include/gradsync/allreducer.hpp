@@ -29,6 +29,8 @@
 
 #include "gradsync/algorithm/concept.hpp"
 #include "gradsync/allreduce.hpp"
+#include "gradsync/compression/cast.hpp"
+#include "gradsync/compression/concept.hpp"
 #include "gradsync/compression/none.hpp"
 #include "gradsync/core/async.hpp"
 #include "gradsync/core/deadline.hpp"
@@ -62,8 +64,8 @@ struct allreducer_options {
 template <class Transport,                     ///< who moves the bytes (transport_policy)
           class Algorithm,                     ///< how ranks combine (algorithm_for<., Transport>)
           class Fusion = fusion::none,         ///< how tensors become messages (fusion_policy)
-          class Compression = compress::none>  ///< what goes on the wire (compress::none)
-class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion> {
+          class Compression = compress::none>  ///< what goes on the wire (none, fp16, bf16)
+class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Compression> {
   static_assert(
       transport_policy<Transport>,
       "gradsync::allreducer: the first parameter must satisfy gradsync::transport_policy; "
@@ -74,12 +76,15 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion> {
   static_assert(fusion::fusion_policy<Fusion>,
                 "gradsync::allreducer: the third parameter must be a fusion policy; use "
                 "fusion::none, fusion::bucket<Bytes> or fusion::zero_copy<Bytes>");
-  static_assert(
-      requires { Compression::name; },
-      "gradsync::allreducer: the fourth parameter must be a compression policy; use "
-      "compress::none");
+  static_assert(compress::compression_policy<Compression>,
+                "gradsync::allreducer: the fourth parameter must be a compression policy; use "
+                "compress::none, compress::fp16 or compress::bf16");
+  static_assert(std::is_same_v<Compression, compress::none> ||
+                    Transport::memory == memory_space::host,
+                "gradsync::allreducer: compression converts buckets on the host; with a "
+                "device-memory transport use compress::none");
 
-  using base = detail::batch_runner<Transport, Algorithm, Fusion>;
+  using base = detail::batch_runner<Transport, Algorithm, Fusion, Compression>;
   using batch = typename base::batch;
 
  public:

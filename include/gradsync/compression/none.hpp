@@ -8,6 +8,8 @@ namespace gradsync::compress {
 /// No compression: the wire carries the element type itself.
 struct none {
   static constexpr std::string_view name = "none";
+  template <class T>
+  using wire_t = T;
 };
 
 }  // namespace gradsync::compress

@@ -1,7 +1,8 @@
 // The machinery behind allreducer: a `batch` is one asynchronous operation (a step of
 // registered tensors, a grouped call, or one tensor) made of buckets; batch_runner owns
 // the registered tensors, their plan and arena, the staging pool, the statistics and
-// the timeline, and runs one bucket (pack, allreduce, unpack) on whatever thread calls.
+// the timeline, and runs one bucket (pack, compress, allreduce, decompress, unpack) on
+// whatever thread calls.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "gradsync/algorithm/concept.hpp"
+#include "gradsync/compression/concept.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/core/async.hpp"
 #include "gradsync/core/error.hpp"
@@ -31,6 +33,7 @@
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/fusion/plan_check.hpp"
 #include "gradsync/fusion/tensor.hpp"
+#include "gradsync/kernels/host.hpp"
 #include "gradsync/observe/stats.hpp"
 #include "gradsync/observe/timeline.hpp"
 #include "gradsync/observe/traced_transport.hpp"
@@ -39,7 +42,7 @@ namespace gradsync::detail {
 
 using steady = std::chrono::steady_clock;
 
-template <class Transport, class Algorithm, class Fusion>
+template <class Transport, class Algorithm, class Fusion, class Compression>
 class batch_runner {
  protected:
   /// Runs the allreduce of `count` elements at `data`, of the table slot's element type.
@@ -226,6 +229,7 @@ class batch_runner {
     b.stats.algorithm = Algorithm::name;
     b.stats.chosen = chosen ? *chosen : chosen_algorithms(*b.plan);
     b.stats.fusion = Fusion::name;
+    b.stats.compression = Compression::name;
     b.stats.buckets = nb;
     b.stats.tensors = b.plan->tensor_bucket.size();
     b.stats.bytes_in = b.plan->payload_bytes;
@@ -302,7 +306,7 @@ class batch_runner {
   std::vector<void*> ptrs_;  // registered tensors' memory (the arena's, in zero-copy mode)
   fusion::plan plan_;
   std::string plan_chosen_;  // chosen_algorithms(plan_), set by commit_plan
-  fusion::arena arena_;  // zero-copy home, or staging of the registered packed buckets
+  fusion::arena arena_;      // zero-copy home, or staging of the registered packed buckets
   bool committed_ = false;
 
  private:
@@ -351,9 +355,41 @@ class batch_runner {
     }
   }
 
+  /// The collective of one bucket of T, on the wire as Compression's wire_t<T>.
   template <class T, class Op>
   void run_typed(void* data, std::size_t count, observe::track tr, observe::call_stats& acc) {
-    std::span<T> s(static_cast<T*>(data), count);
+    using W = typename Compression::template wire_t<T>;
+    if constexpr (!compress::compresses_v<Compression, T>) {
+      run_wire<T, Op>(static_cast<T*>(data), count, tr, acc);
+    } else {
+      // avg: divide before converting, then sum on the wire (compression/cast.hpp).
+      using wire_op = std::conditional_t<Op::id == reduce_op::avg, op::sum_t, Op>;
+      T* x = static_cast<T*>(data);
+      std::shared_ptr<fusion::arena> wire = acquire_staging(count * sizeof(W));
+      W* w = reinterpret_cast<W*>(wire->data());
+      try {
+        const auto c0 = steady::now();
+        kernels::finalize(x, count, t_.size(), Op{});  // avg only: x / n
+        kernels::cast(w, x, count);
+        const auto c1 = steady::now();
+        tl_.complete("compress", tr, c0, c1, "\"elements\":" + std::to_string(count));
+        run_wire<W, wire_op>(w, count, tr, acc);
+        const auto d0 = steady::now();
+        kernels::cast(x, w, count);
+        const auto d1 = steady::now();
+        tl_.complete("decompress", tr, d0, d1, "\"elements\":" + std::to_string(count));
+        acc.compress_seconds += std::chrono::duration<double>((c1 - c0) + (d1 - d0)).count();
+      } catch (...) {
+        release_staging(std::move(wire));
+        throw;
+      }
+      release_staging(std::move(wire));
+    }
+  }
+
+  template <class T, class Op>
+  void run_wire(T* data, std::size_t count, observe::track tr, observe::call_stats& acc) {
+    std::span<T> s(data, count);
     if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
       observe::traced_transport<Transport> tt(t_, &tl_, tr);
       gradsync::allreduce<Algorithm>(tt, s, Op{}, opt_);

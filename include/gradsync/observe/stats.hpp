@@ -21,9 +21,11 @@ struct call_stats {
   /// What ran per bucket when the algorithm chooses (algo::auto_select), e.g.
   /// "direct_one_shot x1, direct_two_shot x4"; empty when it is `algorithm` itself.
   std::string chosen;
-  std::string_view fusion;  ///< fusion policy name (static storage)
-  double seconds = 0;       ///< first launch to last completion (communication time)
-  double pack_seconds = 0;  ///< time spent packing and unpacking buckets
+  std::string_view fusion;       ///< fusion policy name (static storage)
+  std::string_view compression;  ///< compression policy name (static storage)
+  double seconds = 0;            ///< first launch to last completion (communication time)
+  double pack_seconds = 0;       ///< time spent packing and unpacking buckets
+  double compress_seconds = 0;   ///< time spent converting buckets to and from the wire type
 
   /// Algorithm bandwidth in GB/s: bytes_in / seconds.
   double algbw() const { return seconds > 0 ? static_cast<double>(bytes_in) / seconds / 1e9 : 0; }
@@ -37,7 +39,7 @@ struct call_stats {
 /// Running totals over every completed call.
 struct cumulative_stats {
   std::size_t calls = 0, tensors = 0, buckets = 0, bytes_in = 0, bytes_wire = 0;
-  double seconds = 0, pack_seconds = 0;
+  double seconds = 0, pack_seconds = 0, compress_seconds = 0;
 
   void add(const call_stats& c) {
     ++calls;
@@ -47,6 +49,7 @@ struct cumulative_stats {
     bytes_wire += c.bytes_wire;
     seconds += c.seconds;
     pack_seconds += c.pack_seconds;
+    compress_seconds += c.compress_seconds;
   }
 };
 
@@ -65,21 +68,29 @@ inline std::string human_bytes(double b) {
 }  // namespace detail
 
 /// "rank 0/2 ring+bucket: last 161 tensors in 5 buckets, 97.5 MiB in, 97.5 MiB wire,
-/// 21.3 ms, algbw 4.80 GB/s busbw 4.80 GB/s | total 10 calls, 975.0 MiB, 0.213 s"
+/// 21.3 ms, algbw 4.80 GB/s busbw 4.80 GB/s | total 10 calls, 975.0 MiB, 0.213 s"; with a
+/// compression policy its name follows the fusion's ("ring+bucket+fp16") and the
+/// conversion time the packing time.
 inline std::string summary_line(std::size_t rank, const call_stats& last,
                                 const cumulative_stats& total) {
+  const bool compressed = !last.compression.empty() && last.compression != "none";
+  const std::string comp = compressed ? "+" + std::string(last.compression) : std::string();
+  char conv[64] = "";
+  if (compressed)
+    std::snprintf(conv, sizeof conv, ", compress %.3f ms", last.compress_seconds * 1e3);
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "rank %zu/%zu %.*s%s+%.*s: last %zu tensors in %zu buckets, %s in, %s wire%s, "
-                "%.3f ms (pack %.3f ms), algbw %.2f GB/s busbw %.2f GB/s | total %zu calls, %s "
+                "rank %zu/%zu %.*s%s+%.*s%s: last %zu tensors in %zu buckets, %s in, %s wire%s, "
+                "%.3f ms (pack %.3f ms%s), algbw %.2f GB/s busbw %.2f GB/s | total %zu calls, %s "
                 "in, %.3f s",
                 rank, last.ranks, static_cast<int>(last.algorithm.size()), last.algorithm.data(),
                 last.chosen.empty() ? "" : ("[" + last.chosen + "]").c_str(),
-                static_cast<int>(last.fusion.size()), last.fusion.data(), last.tensors,
-                last.buckets, detail::human_bytes(static_cast<double>(last.bytes_in)).c_str(),
+                static_cast<int>(last.fusion.size()), last.fusion.data(), comp.c_str(),
+                last.tensors, last.buckets,
+                detail::human_bytes(static_cast<double>(last.bytes_in)).c_str(),
                 detail::human_bytes(static_cast<double>(last.bytes_wire)).c_str(),
                 last.wire_measured ? "" : " (model)", last.seconds * 1e3, last.pack_seconds * 1e3,
-                last.algbw(), last.busbw(), total.calls,
+                conv, last.algbw(), last.busbw(), total.calls,
                 detail::human_bytes(static_cast<double>(total.bytes_in)).c_str(), total.seconds);
   return buf;
 }
