@@ -247,6 +247,27 @@ void compare_16bit_casts() {
   for (std::size_t i = 0; i < f.size(); ++i) w[i] = down(f[i]);
   gk::cast(g.data(), f.data(), f.size());
   CHECK_MESSAGE(same_bytes(w, g), "float -> " << name << ", " << first_difference(w, g));
+  // finalize_cast (avg's division fused into the conversion) == finalize, then cast.
+  for (std::size_t ranks : {1ul, 2ul, 3ul, 4ul, 6ul, 7ul, 8ul}) {
+    for (std::size_t len : {f.size(), std::size_t{16}, std::size_t{37}}) {
+      std::vector<float> div(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(len));
+      gk::finalize(div.data(), len, ranks, gs::op::avg);
+      std::vector<T> w2(len), g2(len);
+      gk::cast(w2.data(), div.data(), len);
+      gk::finalize_cast(g2.data(), f.data(), len, ranks, gs::op::avg);
+      CHECK_MESSAGE(same_bytes(w2, g2), "finalize_cast float -> " << name << " ranks " << ranks
+                                                                  << " len " << len << ", "
+                                                                  << first_difference(w2, g2));
+    }
+    std::vector<double> d(1000);  // the portable path: double -> T
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<double>(f[i]) * 1.000001;
+    auto dd = d;
+    gk::finalize(dd.data(), dd.size(), ranks, gs::op::avg);
+    std::vector<T> w3(d.size()), g3(d.size());
+    gk::cast(w3.data(), dd.data(), dd.size());
+    gk::finalize_cast(g3.data(), d.data(), d.size(), ranks, gs::op::avg);
+    CHECK_MESSAGE(same_bytes(w3, g3), "finalize_cast double -> " << name << " ranks " << ranks);
+  }
   for (std::size_t len : {16ul, 17ul, 31ul, 33ul}) {  // tails and unaligned starts
     for (std::size_t shift : {0ul, 1ul, 5ul}) {
       std::vector<T> b(len + shift), ref(len + shift);

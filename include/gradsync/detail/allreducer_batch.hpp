@@ -369,8 +369,7 @@ class batch_runner {
       W* w = reinterpret_cast<W*>(wire->data());
       try {
         const auto c0 = steady::now();
-        kernels::finalize(x, count, t_.size(), Op{});  // avg only: x / n
-        kernels::cast(w, x, count);
+        kernels::finalize_cast(w, x, count, t_.size(), Op{});  // avg: w = x / n
         const auto c1 = steady::now();
         tl_.complete("compress", tr, c0, c1, "\"elements\":" + std::to_string(count));
         run_wire<W, wire_op>(w, count, tr, acc);

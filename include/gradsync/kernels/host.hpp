@@ -215,6 +215,41 @@ inline void cast(To* GRADSYNC_RESTRICT dst, const From* GRADSYNC_RESTRICT src, s
   for (std::size_t i = body; i < n; ++i) dst[i] = f(src[i]);
 }
 
+/// dst[i] = To(finalize(src[i])): the op's final step (avg: divide by ranks) and the
+/// conversion in one pass, with the same bits as kernels::finalize followed by
+/// kernels::cast (compression converts an avg bucket this way; src is left unchanged).
+template <class From, class To, class Op>
+inline void finalize_cast(To* GRADSYNC_RESTRICT dst, const From* GRADSYNC_RESTRICT src,
+                          std::size_t n, std::size_t ranks, Op op) {
+  if constexpr (!needs_finalize_v<Op>) {
+    (void)ranks;
+    (void)op;
+    cast(dst, src, n);
+  } else {
+    using C = compute_t<From>;
+    const bool pow2 = ranks != 0 && (ranks & (ranks - 1)) == 0;
+#if GRADSYNC_HOST_16BIT
+    if constexpr (std::is_same_v<From, float> &&
+                  (std::is_same_v<To, half> || std::is_same_v<To, bfloat16>)) {
+      if (n >= 16 && detail::has_16bit_loops<To>()) {
+        if (pow2) {
+          return detail::cast_to_16bit<To, detail::pre_scale::mul>(
+              dst, src, n, 1.0f / static_cast<float>(ranks));
+        }
+        return detail::cast_to_16bit<To, detail::pre_scale::div>(dst, src, n,
+                                                                 static_cast<float>(ranks));
+      }
+    }
+#endif
+    const cast_fn<From, To> f{};
+    const C inv = C(1) / static_cast<C>(ranks);
+    const finalize_fn<From, Op> fin{static_cast<C>(ranks)};
+    for (std::size_t i = 0; i < n; ++i) {
+      dst[i] = f(pow2 ? store<From>(load(src[i]) * inv) : fin(src[i]));
+    }
+  }
+}
+
 /// The executor host transports expose: reductions and copies run on the calling thread.
 struct host_executor {
   template <class T, class Op>

@@ -166,13 +166,31 @@ GRADSYNC_16BIT_TARGET void scale_16bit(T* data, std::size_t n, float k) {
   }
 }
 
-/// dst[i] = T(src[i]) (float -> half or bfloat16, as cast_fn). Call only where
-/// has_16bit_loops<T>().
-template <class T>
-GRADSYNC_16BIT_TARGET void cast_to_16bit(T* dst, const float* src, std::size_t n) {
+/// What cast_to_16bit does to each float before rounding it: nothing, times k, or over k
+/// (kernels::finalize_cast: avg's division fused into the conversion).
+enum class pre_scale { none, mul, div };
+
+template <pre_scale P>
+GRADSYNC_16BIT_TARGET inline __m256 apply(__m256 v, __m256 k) {
+  if constexpr (P == pre_scale::mul) {
+    return _mm256_mul_ps(v, k);
+  } else if constexpr (P == pre_scale::div) {
+    return _mm256_div_ps(v, k);
+  } else {
+    (void)k;
+    return v;
+  }
+}
+
+/// dst[i] = T(src[i] <P> k) (float -> half or bfloat16, as cast_fn, after the same float
+/// multiplication or division finalize does). Call only where has_16bit_loops<T>().
+template <class T, pre_scale P = pre_scale::none>
+GRADSYNC_16BIT_TARGET void cast_to_16bit(T* dst, const float* src, std::size_t n, float k = 1) {
+  const __m256 kv = _mm256_set1_ps(k);
   const std::size_t body = n - n % 16;
   for (std::size_t i = 0; i < body; i += 16) {
-    const __m256 f0 = _mm256_loadu_ps(src + i), f1 = _mm256_loadu_ps(src + i + 8);
+    const __m256 f0 = apply<P>(_mm256_loadu_ps(src + i), kv);
+    const __m256 f1 = apply<P>(_mm256_loadu_ps(src + i + 8), kv);
     if constexpr (std::is_same_v<T, half>) {
       store16(dst + i, {f0, f1});
     } else {  // store16 packs in the interleaved order load16 produces
@@ -181,7 +199,10 @@ GRADSYNC_16BIT_TARGET void cast_to_16bit(T* dst, const float* src, std::size_t n
     }
   }
   const cast_fn<float, T> f{};
-  for (std::size_t i = body; i < n; ++i) dst[i] = f(src[i]);
+  for (std::size_t i = body; i < n; ++i) {
+    const float v = P == pre_scale::mul ? src[i] * k : P == pre_scale::div ? src[i] / k : src[i];
+    dst[i] = f(v);
+  }
 }
 
 /// dst[i] = float(src[i]) (half or bfloat16 -> float, as cast_fn: exact; a half NaN
