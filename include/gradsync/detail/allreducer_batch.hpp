@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "gradsync/algorithm/concept.hpp"
-#include "gradsync/compression/concept.hpp"
 #include "gradsync/allreduce.hpp"
+#include "gradsync/compression/concept.hpp"
 #include "gradsync/core/async.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/log.hpp"
