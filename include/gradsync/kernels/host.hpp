@@ -3,7 +3,6 @@
 
 #include <cstddef>
 #include <cstring>
-
 #include <type_traits>
 
 #include "gradsync/kernels/functors.hpp"
