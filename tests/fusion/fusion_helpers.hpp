@@ -58,6 +58,34 @@ std::uint64_t digest_model(const std::vector<std::span<T>>& ts) {
   return h;
 }
 
+/// Registers one tensor of T per entry of `sizes` with allreducer `ar` (in `own` for
+/// caller-memory fusion, in gradsync's arena for zero-copy), commits the plan for `op`,
+/// and returns each tensor's memory.
+template <class T, class AR, class Op>
+std::vector<std::span<T>> register_model(AR& ar, const std::vector<std::size_t>& sizes,
+                                         std::vector<std::vector<T>>& own, Op op) {
+  constexpr bool zero_copy = gs::fusion::is_zero_copy_v<typename AR::fusion_type>;
+  own.assign(sizes.size(), {});
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if constexpr (zero_copy) {
+      ar.template add<T>(sizes[i]);
+    } else {
+      own[i].resize(sizes[i]);
+      ar.add(std::span<T>(own[i]));
+    }
+  }
+  ar.commit(op);
+  std::vector<std::span<T>> ts;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if constexpr (zero_copy) {
+      ts.push_back(ar.template view<T>(i));
+    } else {
+      ts.push_back(std::span<T>(own[i]));
+    }
+  }
+  return ts;
+}
+
 /// A permutation of 0..n-1 from `seed`.
 inline std::vector<std::size_t> shuffled(std::size_t n, std::uint64_t seed) {
   std::vector<std::size_t> p(n);

@@ -43,33 +43,18 @@ void exact_sums(std::size_t n) {
   std::vector<std::size_t> wrong(n, 1);
   gs::transport::run_local(n, [&](local& t) {
     gs::allreducer<local, Algo, Fusion, Compression> ar(t);
-    std::vector<std::vector<float>> own(sizes.size());
-    for (std::size_t k = 0; k < sizes.size(); ++k) {
-      if constexpr (gs::fusion::is_zero_copy_v<Fusion>) {
-        ar.template add<float>(sizes[k]);
-      } else {
-        own[k].resize(sizes[k]);
-        ar.add(std::span<float>(own[k]));
-      }
-    }
-    ar.commit(gs::op::sum);
-    auto tensor = [&](std::size_t k) -> std::span<float> {
-      if constexpr (gs::fusion::is_zero_copy_v<Fusion>) {
-        return ar.template view<float>(k);
-      } else {
-        return std::span<float>(own[k]);
-      }
-    };
+    std::vector<std::vector<float>> own;
+    const auto ts = fusion_test::register_model<float>(ar, sizes, own, gs::op::sum);
     std::size_t bad = 0;
     for (int step = 0; step < 2; ++step) {
       for (std::size_t k = 0; k < sizes.size(); ++k) {
-        auto s = tensor(k);
+        auto s = ts[k];
         for (std::size_t i = 0; i < s.size(); ++i) s[i] = value(t.rank(), i + k * 100000);
       }
       for (std::size_t k = sizes.size(); k-- > 0;) ar.ready(k);
       ar.wait();
       for (std::size_t k = 0; k < sizes.size(); ++k) {
-        auto s = tensor(k);
+        auto s = ts[k];
         for (std::size_t i = 0; i < s.size(); ++i) {
           float want = 0;
           for (std::size_t r = 0; r < n; ++r) want += value(r, i + k * 100000);
@@ -79,7 +64,7 @@ void exact_sums(std::size_t n) {
     }
     std::uint64_t h = 0xcbf29ce484222325ull;
     for (std::size_t k = 0; k < sizes.size(); ++k) {
-      auto s = tensor(k);
+      auto s = ts[k];
       h = gs::testing::fnv1a64(s.data(), s.size_bytes(), h);
     }
     digest[t.rank()] = h;

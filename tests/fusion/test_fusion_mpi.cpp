@@ -33,24 +33,8 @@ void model_steps(Tr& t, const char* what) {
   const auto first = firsts(sizes);
   const std::size_t n = t.size();
   gs::allreducer<Tr, A, Fusion> ar(t);
-  std::vector<std::vector<float>> own(sizes.size());
-  std::vector<std::span<float>> ts;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if constexpr (gs::fusion::is_zero_copy_v<Fusion>) {
-      ar.template add<float>(sizes[i]);
-    } else {
-      own[i].resize(sizes[i]);
-      ar.add(std::span<float>(own[i]));
-    }
-  }
-  ar.commit(gs::op::sum);
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if constexpr (gs::fusion::is_zero_copy_v<Fusion>) {
-      ts.push_back(ar.template view<float>(i));
-    } else {
-      ts.push_back(std::span<float>(own[i]));
-    }
-  }
+  std::vector<std::vector<float>> own;
+  std::vector<std::span<float>> ts = register_model<float>(ar, sizes, own, gs::op::sum);
   for (std::size_t s = 0; s < 2; ++s) {
     fill_model(ts, gs::reduce_op::sum, t.rank(), n, first);
     for (std::size_t i : shuffled(ts.size(), 31 * s + 7 * t.rank())) ar.ready(i);
@@ -85,24 +69,8 @@ void compressed_steps(Tr& t, const char* what) {
     return static_cast<float>((i * 5 + r * 11) % 23 + 1);
   };
   gs::allreducer<Tr, A, Fusion, C> ar(t);
-  std::vector<std::vector<float>> own(sizes.size());
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if constexpr (gs::fusion::is_zero_copy_v<Fusion>) {
-      ar.template add<float>(sizes[i]);
-    } else {
-      own[i].resize(sizes[i]);
-      ar.add(std::span<float>(own[i]));
-    }
-  }
-  ar.commit(gs::op::sum);
-  std::vector<std::span<float>> ts;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if constexpr (gs::fusion::is_zero_copy_v<Fusion>) {
-      ts.push_back(ar.template view<float>(i));
-    } else {
-      ts.push_back(std::span<float>(own[i]));
-    }
-  }
+  std::vector<std::vector<float>> own;
+  const std::vector<std::span<float>> ts = register_model<float>(ar, sizes, own, gs::op::sum);
   for (std::size_t s = 0; s < 2; ++s) {
     for (std::size_t k = 0; k < ts.size(); ++k) {
       for (std::size_t i = 0; i < ts[k].size(); ++i) ts[k][i] = value(t.rank(), i + 7 * k);
