@@ -149,7 +149,7 @@ TEST_CASE("NaN sums and products come out as the canonical NaN, whatever the pay
   for (const auto v : h) CHECK(v.bits == 0x7fffu);
 }
 
-#if GRADSYNC_HOST_16BIT
+#if GRADSYNC_HOST_AVX2
 namespace {
 // Every value of T against every value shifted by `rot` (mod 2^16): all numbers, all NaN
 // payloads, infinities, subnormals and signed zeros appear on both sides.

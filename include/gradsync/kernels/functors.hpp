@@ -72,7 +72,7 @@ GRADSYNC_HOST_DEVICE inline bfloat16 store<bfloat16>(float v) {
 template <class C>
 GRADSYNC_HOST_DEVICE inline C canonical_nan_if(C r) {
   if constexpr (std::is_same_v<C, float>) {
-    return r == r ? r : detail::bits_float(0x7fffffffu);
+    return r == r ? r : gradsync::detail::bits_float(0x7fffffffu);
   } else if constexpr (std::is_same_v<C, double>) {
     const std::uint64_t nan = 0x7fffffffffffffffull;
     double d;

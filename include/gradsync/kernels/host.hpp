@@ -5,6 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "gradsync/kernels/cpu_features.hpp"
 #include "gradsync/kernels/functors.hpp"
 #include "gradsync/kernels/host_16bit.hpp"
 
@@ -34,13 +35,6 @@ namespace gradsync::kernels {
 /// Elements of T per fixed-length block.
 template <class T>
 inline constexpr std::size_t block_elems = 64 / sizeof(T) ? 64 / sizeof(T) : 1;
-
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(__CUDACC__) && !defined(GRADSYNC_NO_AVX2_DISPATCH)
-#define GRADSYNC_HOST_AVX2 1
-#else
-#define GRADSYNC_HOST_AVX2 0
-#endif
 
 namespace detail {
 
@@ -105,15 +99,6 @@ __attribute__((target("avx2"))) void loop_to_avx2(T* GRADSYNC_RESTRICT dst,
                                                   F f) {
   loop_to(dst, a, b, n, f);
 }
-
-/// Whether this CPU runs AVX2 (asked once; a constant afterwards).
-inline bool has_avx2() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return yes;
-}
 #endif
 
 /// Below this many bytes the dispatch is not worth it (one block of 64 bytes or less).
@@ -126,7 +111,7 @@ template <class T, class Op>
 inline void reduce_into(T* GRADSYNC_RESTRICT dst, const T* GRADSYNC_RESTRICT src, std::size_t n,
                         Op) {
   const combine_fn<T, Op> f{};
-#if GRADSYNC_HOST_16BIT
+#if GRADSYNC_HOST_AVX2
   if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
     if (n >= 16 && detail::has_16bit_loops<T>())
       return detail::reduce_16bit<T, Op>(dst, dst, src, n);
@@ -146,7 +131,7 @@ template <class T, class Op>
 inline void reduce_to(T* GRADSYNC_RESTRICT dst, const T* GRADSYNC_RESTRICT a,
                       const T* GRADSYNC_RESTRICT b, std::size_t n, Op) {
   const combine_fn<T, Op> f{};
-#if GRADSYNC_HOST_16BIT
+#if GRADSYNC_HOST_AVX2
   if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
     if (n >= 16 && detail::has_16bit_loops<T>()) return detail::reduce_16bit<T, Op>(dst, a, b, n);
   }
@@ -168,11 +153,13 @@ inline void finalize(T* data, std::size_t n, std::size_t ranks, Op) {
   if constexpr (needs_finalize_v<Op>) {
     using C = compute_t<T>;
     const bool pow2 = ranks != 0 && (ranks & (ranks - 1)) == 0;
-#if GRADSYNC_HOST_16BIT
+#if GRADSYNC_HOST_AVX2
     if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
       if (n >= 16 && detail::has_16bit_loops<T>()) {
-        if (pow2) return detail::scale_16bit<T, true>(data, n, 1.0f / static_cast<float>(ranks));
-        return detail::scale_16bit<T, false>(data, n, static_cast<float>(ranks));
+        if (pow2)
+          return detail::scale_16bit<T, detail::pre_scale::mul>(data, n,
+                                                                1.0f / static_cast<float>(ranks));
+        return detail::scale_16bit<T, detail::pre_scale::div>(data, n, static_cast<float>(ranks));
       }
     }
 #endif
@@ -194,7 +181,7 @@ inline void scale(T* data, std::size_t n, float factor) {
 /// dst[i] = To(src[i]).
 template <class From, class To>
 inline void cast(To* GRADSYNC_RESTRICT dst, const From* GRADSYNC_RESTRICT src, std::size_t n) {
-#if GRADSYNC_HOST_16BIT
+#if GRADSYNC_HOST_AVX2
   constexpr bool to_16 =
       std::is_same_v<From, float> && (std::is_same_v<To, half> || std::is_same_v<To, bfloat16>);
   constexpr bool from_16 =
@@ -227,7 +214,7 @@ inline void finalize_cast(To* GRADSYNC_RESTRICT dst, const From* GRADSYNC_RESTRI
   } else {
     using C = compute_t<From>;
     const bool pow2 = ranks != 0 && (ranks & (ranks - 1)) == 0;
-#if GRADSYNC_HOST_16BIT
+#if GRADSYNC_HOST_AVX2
     if constexpr (std::is_same_v<From, float> &&
                   (std::is_same_v<To, half> || std::is_same_v<To, bfloat16>)) {
       if (n >= 16 && detail::has_16bit_loops<To>()) {

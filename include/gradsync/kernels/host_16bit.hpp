@@ -25,42 +25,20 @@
 #include "gradsync/core/op.hpp"
 #include "gradsync/kernels/functors.hpp"
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(__CUDACC__) && !defined(GRADSYNC_NO_AVX2_DISPATCH)
-#define GRADSYNC_HOST_16BIT 1
-#include <cpuid.h>
-#include <immintrin.h>
-#else
-#define GRADSYNC_HOST_16BIT 0
-#endif
+#include "gradsync/kernels/cpu_features.hpp"
 
-#if GRADSYNC_HOST_16BIT
+#if GRADSYNC_HOST_AVX2
+#include <immintrin.h>
+
 namespace gradsync::kernels::detail {
 
-/// Whether this CPU runs AVX2 and F16C (asked once). libgcc's __builtin_cpu_supports
-/// does not know "f16c" in GCC 12 (it answers 0), so CPUID leaf 1 (ECX bit 29) is read;
-/// the AVX2 check includes the OS's support for the 256-bit registers.
-inline bool has_f16c() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2")) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
-  }();
-  return yes;
-}
-
-/// Whether the vector loops below run for T on this CPU (asked once per type).
+/// Whether the vector loops below run for T on this CPU.
 template <class T>
 inline bool has_16bit_loops() {
   if constexpr (std::is_same_v<T, half>) {
     return has_f16c();
   } else {
-    static const bool yes = [] {
-      __builtin_cpu_init();
-      return __builtin_cpu_supports("avx2") != 0;
-    }();
-    return yes;
+    return has_avx2();
   }
 }
 
@@ -146,28 +124,8 @@ GRADSYNC_16BIT_TARGET void reduce_16bit(T* dst, const T* a, const T* b, std::siz
   for (std::size_t i = body; i < n; ++i) dst[i] = f(a[i], b[i]);
 }
 
-/// data[i] = data[i] * k (Multiply) or data[i] / k, as finalize does for avg. Call only
-/// where has_16bit_loops<T>().
-template <class T, bool Multiply>
-GRADSYNC_16BIT_TARGET void scale_16bit(T* data, std::size_t n, float k) {
-  const __m256 kv = _mm256_set1_ps(k);
-  const std::size_t body = n - n % 16;
-  for (std::size_t i = 0; i < body; i += 16) {
-    const floats16 x = load16(data + i);
-    if constexpr (Multiply) {
-      store16(data + i, {_mm256_mul_ps(x.lo, kv), _mm256_mul_ps(x.hi, kv)});
-    } else {
-      store16(data + i, {_mm256_div_ps(x.lo, kv), _mm256_div_ps(x.hi, kv)});
-    }
-  }
-  for (std::size_t i = body; i < n; ++i) {
-    const float x = load(data[i]);
-    data[i] = store<T>(Multiply ? x * k : x / k);
-  }
-}
-
-/// What cast_to_16bit does to each float before rounding it: nothing, times k, or over k
-/// (kernels::finalize_cast: avg's division fused into the conversion).
+/// What a loop does to each float before rounding it: nothing, times k, or over k (avg's
+/// final step: kernels::finalize, and fused into the conversion in finalize_cast).
 enum class pre_scale { none, mul, div };
 
 template <pre_scale P>
@@ -180,6 +138,24 @@ GRADSYNC_16BIT_TARGET inline __m256 apply(__m256 v, __m256 k) {
     (void)k;
     return v;
   }
+}
+/// The same on one float (the loops' scalar tails).
+template <pre_scale P>
+inline float apply(float v, float k) {
+  return P == pre_scale::mul ? v * k : P == pre_scale::div ? v / k : v;
+}
+
+/// data[i] = data[i] <P> k, as finalize does for avg. Call only where
+/// has_16bit_loops<T>().
+template <class T, pre_scale P>
+GRADSYNC_16BIT_TARGET void scale_16bit(T* data, std::size_t n, float k) {
+  const __m256 kv = _mm256_set1_ps(k);
+  const std::size_t body = n - n % 16;
+  for (std::size_t i = 0; i < body; i += 16) {
+    const floats16 x = load16(data + i);
+    store16(data + i, {apply<P>(x.lo, kv), apply<P>(x.hi, kv)});
+  }
+  for (std::size_t i = body; i < n; ++i) data[i] = store<T>(apply<P>(load(data[i]), k));
 }
 
 /// dst[i] = T(src[i] <P> k) (float -> half or bfloat16, as cast_fn, after the same float
@@ -199,10 +175,7 @@ GRADSYNC_16BIT_TARGET void cast_to_16bit(T* dst, const float* src, std::size_t n
     }
   }
   const cast_fn<float, T> f{};
-  for (std::size_t i = body; i < n; ++i) {
-    const float v = P == pre_scale::mul ? src[i] * k : P == pre_scale::div ? src[i] / k : src[i];
-    dst[i] = f(v);
-  }
+  for (std::size_t i = body; i < n; ++i) dst[i] = f(apply<P>(src[i], k));
 }
 
 /// dst[i] = float(src[i]) (half or bfloat16 -> float, as cast_fn: exact; a half NaN
