@@ -8,6 +8,8 @@
 //   //    GRADSYNC_SHM_SIZE  number of processes in the group
 //   //    GRADSYNC_SHM_JOB   an id unique to this job, the same in every process
 //   //                       (e.g. "$SLURM_JOB_ID" or the launcher's pid)
+//   //    or, where those are unset, what mpirun (Open MPI, MPICH) or srun set
+//   //    (transport/shm_launch.hpp; a job spanning several hosts is refused)
 //   auto t = gradsync::transport::shm::from_env();
 //
 //   // 2. or explicitly (shm_options also sets buffer sizes and the bootstrap timeout):
@@ -47,10 +49,12 @@
 
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/core/log.hpp"
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/shm_heap.hpp"
+#include "gradsync/transport/shm_launch.hpp"
 #include "gradsync/transport/shm_p2p.hpp"
 #include "gradsync/transport/shm_segment.hpp"
 #include "gradsync/transport/shm_wait.hpp"
@@ -68,21 +72,21 @@ struct shm_options {
   std::size_t heap_bytes = 0;             ///< registered buffers per rank (shm::allocate)
   seconds_d bootstrap_timeout{-1.0};      ///< < 0: default_timeout() (GRADSYNC_TIMEOUT)
 
-  /// Reads GRADSYNC_SHM_RANK, GRADSYNC_SHM_SIZE and GRADSYNC_SHM_JOB (all required), and
+  /// Rank, size and job from GRADSYNC_SHM_RANK / _SIZE / _JOB or, where those are unset,
+  /// from the launcher (Open MPI, MPICH Hydra, Slurm; transport/shm_launch.hpp), and
   /// GRADSYNC_SHM_HEAP (optional heap_bytes; K, M or G suffix).
   static shm_options from_env() {
+    shm_launch l = shm_launch_from_env();
     shm_options o;
-    o.rank = env_number("GRADSYNC_SHM_RANK");
-    o.size = env_number("GRADSYNC_SHM_SIZE");
+    o.rank = l.rank;
+    o.size = l.size;
+    o.job = std::move(l.job);
     if (const char* h = std::getenv("GRADSYNC_SHM_HEAP"))
       o.heap_bytes = env_bytes("GRADSYNC_SHM_HEAP", h);
-    const char* job = std::getenv("GRADSYNC_SHM_JOB");
-    if (!job || !*job) {
-      throw error(errc::invalid_argument, {},
-                  "GRADSYNC_SHM_JOB is not set: give every process of the job the same id "
-                  "(e.g. the launcher's pid or $SLURM_JOB_ID)");
+    if (log_enabled(log_level::info)) {
+      log(log_level::info, o.rank, "shm group from %s: rank %zu of %zu, job '%s'", l.source.c_str(),
+          o.rank, o.size, o.job.c_str());
     }
-    o.job = job;
     return o;
   }
 
@@ -91,24 +95,13 @@ struct shm_options {
     char* end = nullptr;
     unsigned long long v = std::strtoull(s, &end, 10);
     const std::string unit = end ? end : "";
-    if (end == s || (unit != "" && unit != "K" && unit != "M" && unit != "G")) {
+    const int shift = unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : 0;
+    if (end == s || *s < '0' || *s > '9' || (unit != "" && shift == 0) || v > (~0ull >> shift)) {
       throw error(errc::invalid_argument, {},
                   std::string(var) +
                       " must be a byte count with an optional K, M or G suffix, got '" + s + "'");
     }
-    const int shift = unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : 0;
     return static_cast<std::size_t>(v << shift);
-  }
-  static std::size_t env_number(const char* var) {
-    const char* s = std::getenv(var);
-    char* end = nullptr;
-    const unsigned long long v = s ? std::strtoull(s, &end, 10) : 0;
-    if (!s || !*s || *end != '\0') {
-      throw error(errc::invalid_argument, {},
-                  std::string(var) + " must be set to a non-negative integer" +
-                      (s ? std::string(", got '") + s + "'" : std::string(" (it is unset)")));
-    }
-    return static_cast<std::size_t>(v);
   }
 };
 
@@ -357,7 +350,7 @@ class shm {
           o.job = std::move(job);
           return o;
         }()) {}
-  /// Same, with rank, size and job from GRADSYNC_SHM_RANK / _SIZE / _JOB.
+  /// Same, with rank, size and job from the environment (shm_options::from_env).
   static shm from_env() { return shm(shm_options::from_env()); }
 
   shm(shm&&) noexcept = default;
