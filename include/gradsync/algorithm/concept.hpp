@@ -22,13 +22,13 @@ struct call_context {
 
 /// An allreduce algorithm usable with transport Tr.
 template <class A, class Tr>
-concept algorithm_for =
-    transport_policy<Tr> && requires(Tr& t, std::span<float> data, const call_context& ctx) {
-      { A::name } -> std::convertible_to<std::string_view>;     // for logs and the header
-      { A::needs_peer_access } -> std::convertible_to<bool>;    // reads peers' memory directly
-      { A::needs_native } -> std::convertible_to<bool>;         // calls the transport's own allreduce
-      A::run(t, data, op::sum, ctx);                            // in-place allreduce
-    };
+concept algorithm_for = transport_policy<Tr> &&
+    requires(Tr& t, std::span<float> data, const call_context& ctx) {
+  { A::name } -> std::convertible_to<std::string_view>;   // for logs and the header
+  { A::needs_peer_access } -> std::convertible_to<bool>;  // reads peers' memory directly
+  { A::needs_native } -> std::convertible_to<bool>;       // calls the transport's own allreduce
+  A::run(t, data, op::sum, ctx);                          // in-place allreduce
+};
 
 /// Checks a transport x algorithm x element type x op composition; each failure says how
 /// to fix it. Every public entry point calls this first.
@@ -39,6 +39,11 @@ constexpr void check_composition() {
   static_assert(transport_policy<Tr>,
                 "gradsync: the first argument is not a transport (see transport/concept.hpp); "
                 "use gradsync::transport::local, shm, mpi, nccl or cuda_ipc");
+  static_assert(
+      !requires { requires A::needs_two_level; },
+      "gradsync: algo::hierarchical runs on a transport::two_level (a node's transport "
+      "plus one across nodes, transport/two_level.hpp, in-place allreduce); on one flat "
+      "transport use algo::ring or algo::auto_select");
   if constexpr (transport_policy<Tr>) {
     static_assert(!A::needs_peer_access || Tr::peer_access,
                   "gradsync: this algorithm reads peers' memory directly and the transport has "

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "gradsync/core/error.hpp"
+#include "gradsync/transport/mpi_types.hpp"
 #include "gradsync/transport/shm.hpp"
 
 namespace gradsync::transport {
@@ -25,14 +26,7 @@ namespace gradsync::transport {
 /// The shm options for this process's node-local group of `comm` (collective over comm).
 /// `base` supplies the buffer sizes and the bootstrap timeout.
 inline shm_options shm_options_from_mpi(MPI_Comm comm, shm_options base = {}) {
-  auto check = [](int rc, const char* call) {
-    if (rc != MPI_SUCCESS) {
-      char msg[MPI_MAX_ERROR_STRING];
-      int len = 0;
-      MPI_Error_string(rc, msg, &len);
-      throw error(errc::transport, {}, std::string(call) + " failed: " + std::string(msg, len));
-    }
-  };
+  auto check = [](int rc, const char* call) { detail::check_mpi(rc, call, {}); };
   MPI_Comm node = MPI_COMM_NULL;
   check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
         "MPI_Comm_split_type");

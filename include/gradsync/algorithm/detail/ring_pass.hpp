@@ -1,0 +1,132 @@
+// The two phases of a ring allreduce over one vector, for algo::ring and for
+// algo::hierarchical (which runs the inter-node allreduce between them). Each step is
+// cut into segments so that receiving segment j+1 overlaps reducing segment j, and a
+// reduced segment is forwarded as soon as it is final.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "gradsync/algorithm/concept.hpp"
+#include "gradsync/algorithm/detail/partition.hpp"
+#include "gradsync/algorithm/tuning.hpp"
+#include "gradsync/transport/concept.hpp"
+
+namespace gradsync::algo::detail {
+
+/// One ring pass over `data` (n = t.size() > 1 ranks). reduce_scatter() leaves this rank
+/// holding chunk owned() reduced over all ranks; allgather() spreads every rank's owned
+/// chunk; finish() completes the outstanding sends.
+template <transport_policy Tr, class T>
+class ring_pass {
+ public:
+  /// Scratch slot of the in-flight receive buffers.
+  static constexpr std::size_t scratch_slot = 0;
+
+  ring_pass(Tr& t, std::span<T> data, const call_context& ctx)
+      : t_(t),
+        ctx_(ctx),
+        n_(t.size()),
+        r_(t.rank()),
+        count_(data.size()),
+        seg_(std::max<std::size_t>(1, tuning::segment_bytes_for<Tr>() / sizeof(T))),
+        base_(data.data()),
+        buf_(static_cast<T*>(t.scratch().get(scratch_slot, K * seg_ * sizeof(T)))),
+        recvs_(K) {}
+
+  /// The chunk this rank holds reduced after reduce_scatter().
+  range owned() const { return chunk(r_ + 1); }
+
+  /// Reduce-scatter: at step s send chunk r-s, receive chunk r-s-1 and reduce it in. The
+  /// owned chunk is finalized for `finalize_ranks` ranks (op::avg divides; 0: not at all)
+  /// and, with `forward`, sent on at once as the allgather's first step.
+  template <class Op>
+  void reduce_scatter(Op op, std::size_t finalize_ranks, bool forward) {
+    auto ex = t_.executor();
+    send_segments(sends_, chunk(r_));
+    for (std::size_t s = 0; s + 1 < n_; ++s) {
+      const range rc = chunk(r_ + 2 * n_ - s - 1);
+      const std::size_t m = segments(rc.count, seg_);
+      const bool last = s + 2 == n_;  // rc is then the chunk this rank owns
+      auto len_of = [&](std::size_t j) { return std::min(seg_, rc.count - j * seg_); };
+      for (std::size_t j = 0; j < std::min(K, m); ++j) {
+        recvs_[j] = t_.irecv(left(), buf_ + j * seg_, len_of(j) * sizeof(T), ctx_.tag);
+      }
+      for (std::size_t j = 0; j < m; ++j) {
+        t_.wait(recvs_[j % K], ctx_.until);
+        T* dst = base_ + rc.offset + j * seg_;
+        ex.reduce_into(dst, buf_ + (j % K) * seg_, len_of(j), op);
+        if (last && finalize_ranks) ex.finalize(dst, len_of(j), finalize_ranks, op);
+        if (j + K < m) {
+          recvs_[j % K] =
+              t_.irecv(left(), buf_ + (j % K) * seg_, len_of(j + K) * sizeof(T), ctx_.tag);
+        }
+        if (!last || forward) {
+          next_sends_.push_back(t_.isend(right(), dst, len_of(j) * sizeof(T), ctx_.tag));
+        }
+      }
+      wait_all(sends_);
+      std::swap(sends_, next_sends_);
+    }
+    forwarded_ = forward;
+  }
+
+  /// Allgather: at step s forward chunk r+1-s, receive chunk r-s in place.
+  void allgather() {
+    if (!forwarded_) send_segments(sends_, owned());
+    for (std::size_t s = 0; s + 1 < n_; ++s) {
+      const range rc = chunk(r_ + n_ - s);
+      const std::size_t m = segments(rc.count, seg_);
+      std::vector<req_t>& in = recvs_;
+      in.clear();
+      for (std::size_t j = 0; j < m; ++j) {
+        const std::size_t len = std::min(seg_, rc.count - j * seg_);
+        in.push_back(t_.irecv(left(), base_ + rc.offset + j * seg_, len * sizeof(T), ctx_.tag));
+      }
+      for (std::size_t j = 0; j < m; ++j) {
+        t_.wait(in[j], ctx_.until);
+        if (s + 2 < n_) {
+          const std::size_t len = std::min(seg_, rc.count - j * seg_);
+          next_sends_.push_back(
+              t_.isend(right(), base_ + rc.offset + j * seg_, len * sizeof(T), ctx_.tag));
+        }
+      }
+      wait_all(sends_);
+      std::swap(sends_, next_sends_);
+      recvs_.resize(K);
+    }
+  }
+
+  /// Completes every send still in flight.
+  void finish() { wait_all(sends_); }
+
+ private:
+  using req_t = typename Tr::request;
+  static constexpr std::size_t K = tuning::ring_inflight;
+
+  std::size_t left() const { return (r_ + n_ - 1) % n_; }
+  std::size_t right() const { return (r_ + 1) % n_; }
+  range chunk(std::size_t c) const { return part(count_, n_, c % n_); }
+  void send_segments(std::vector<req_t>& out, range c) {
+    for (std::size_t off = 0; off < c.count; off += seg_) {
+      const std::size_t len = std::min(seg_, c.count - off);
+      out.push_back(t_.isend(right(), base_ + c.offset + off, len * sizeof(T), ctx_.tag));
+    }
+  }
+  void wait_all(std::vector<req_t>& v) {
+    for (auto& q : v) t_.wait(q, ctx_.until);
+    v.clear();
+  }
+
+  Tr& t_;
+  const call_context& ctx_;
+  std::size_t n_, r_, count_, seg_;
+  T* base_;
+  T* buf_;
+  std::vector<req_t> sends_, next_sends_, recvs_;
+  bool forwarded_ = false;
+};
+
+}  // namespace gradsync::algo::detail

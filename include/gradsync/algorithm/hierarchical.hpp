@@ -1,0 +1,110 @@
+// algo::hierarchical<InterAlgo> — allreduce over a transport::two_level in three phases:
+//   1. reduce-scatter inside the node (ring over Intra): local rank l ends with one
+//      shard of the vector reduced over its node;
+//   2. allreduce of that shard across the nodes with InterAlgo over Inter (the ranks of
+//      one local index, each with the same shard);
+//   3. allgather inside the node (ring over Intra).
+// Each byte crosses the slow inter-node level once per node instead of once per rank,
+// and all local ranks drive the inter-node links at the same time, on their own shard.
+// op::avg sums in both levels and divides once by the whole group's size, on the shard's
+// owner, so every rank receives the same bits. Ranks call:
+//
+//   gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(grad), gs::op::sum);
+//   gs::allreduce<gs::algo::hierarchical<gs::algo::native>>(t, span, op);  // MPI_Allreduce
+//
+// The call's arguments are checked on both levels (errc::mismatch on every rank).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "gradsync/algorithm/concept.hpp"
+#include "gradsync/algorithm/detail/ring_pass.hpp"
+#include "gradsync/algorithm/ring.hpp"
+#include "gradsync/core/consistency.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/op.hpp"
+#include "gradsync/transport/two_level.hpp"
+
+namespace gradsync::algo {
+
+/// Reduce-scatter in the node, InterAlgo across nodes, allgather in the node.
+template <class InterAlgo = ring>  // the allreduce across nodes (ring, tree, native, ...)
+struct hierarchical {
+  static constexpr std::string_view name = "hierarchical";
+  static constexpr bool needs_peer_access = false;
+  static constexpr bool needs_native = false;
+  static constexpr bool needs_two_level = true;  // runs on transport::two_level only
+  using inter_algorithm = InterAlgo;
+
+  template <class Intra, class Inter, class T, class Op>
+  static void run(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
+                  const call_options& opt) {
+    Intra& in = t.intra();
+    Inter& out = t.inter();
+    const deadline until = opt.make_deadline();
+    const std::uint64_t in_seq = in.next_seq(), out_seq = out.next_seq();
+    const call_context in_c{until, in_seq, data_tag(in_seq)};
+    const call_context out_c{until, out_seq, data_tag(out_seq)};
+    if (opt.check) {
+      std::vector<call_header> table;
+      if (in.size() > 1)
+        agree(in, call_header::make(in_c.seq, data.size(), dtype_of<T>::value, Op::id, name), until,
+              table);
+      if (out.size() > 1)
+        agree(out, call_header::make(out_c.seq, data.size(), dtype_of<T>::value, Op::id, name),
+              until, table);
+    }
+    // op::avg: sums at both levels, one division by the whole group on the shard's owner.
+    using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
+    const std::size_t local = in.size();
+    if (local == 1 || data.empty()) {
+      InterAlgo::run(out, data, level_op{}, out_c);
+      in.executor().finalize(data.data(), data.size(), t.size(), op);
+      return;
+    }
+    detail::ring_pass<Intra, T> pass(in, data, in_c);
+    pass.reduce_scatter(level_op{}, 0, false);
+    const detail::range mine = pass.owned();
+    const std::span<T> shard = data.subspan(mine.offset, mine.count);
+    InterAlgo::run(out, shard, level_op{}, out_c);
+    in.executor().finalize(shard.data(), shard.size(), t.size(), op);
+    pass.allgather();
+    pass.finish();
+  }
+};
+
+}  // namespace gradsync::algo
+
+namespace gradsync {
+
+namespace detail {
+template <class A>
+inline constexpr bool is_hierarchical = false;
+template <class X>
+inline constexpr bool is_hierarchical<algo::hierarchical<X>> = true;
+}  // namespace detail
+
+/// In-place allreduce over a two-level transport; A must be algo::hierarchical<...>.
+template <class A, class Intra, class Inter, class T, class Op>
+void allreduce(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
+               const call_options& opt = {}) {
+  static_assert(detail::is_hierarchical<A>,
+                "gradsync: a transport::two_level runs algo::hierarchical<InterAlgo> (e.g. "
+                "allreduce<algo::hierarchical<algo::ring>>(t, data, op)); flat algorithms run "
+                "on t.intra() or t.inter() alone");
+  if constexpr (detail::is_hierarchical<A>) {
+    check_composition<algo::ring, Intra, std::remove_const_t<T>, Op>();
+    check_composition<typename A::inter_algorithm, Inter, std::remove_const_t<T>, Op>();
+    static_assert(!std::is_const_v<T>,
+                  "gradsync: the in-place allreduce writes its buffer; pass a std::span of "
+                  "non-const elements");
+    A::run(t, data, op, opt);
+  }
+}
+
+}  // namespace gradsync

@@ -1,0 +1,90 @@
+// transport::two_level — the ranks of a job seen at two levels: the processes (or
+// threads) of one node share a fast `Intra` transport (shm, local, cuda_ipc), and the
+// ranks with the same local index on every node share an `Inter` transport (mpi, nccl).
+// It carries no messages itself: algo::hierarchical (algorithm/hierarchical.hpp) runs
+// a reduce-scatter inside the node, an allreduce of each rank's shard across the nodes,
+// and an allgather inside the node.
+//
+//   // per process, from MPI (transport/two_level_mpi.hpp): shm inside the node,
+//   // mpi across nodes
+//   auto t = gradsync::transport::two_level_from_mpi(MPI_COMM_WORLD);
+//   gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(grad), gs::op::avg);
+//
+// Ranks are numbered node-major: rank = node * local_size + local_rank, where node is
+// the rank in the Inter group. Every node must have the same number of ranks: the
+// constructor checks that (collectively, over both transports) and throws
+// errc::mismatch naming the counts, so an uneven job fails at start, never with wrong
+// sums later.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "gradsync/algorithm/ring.hpp"
+#include "gradsync/allreduce.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/core/op.hpp"
+#include "gradsync/transport/concept.hpp"
+
+namespace gradsync::transport {
+
+/// Two transports forming one group: Intra inside a node, Inter across nodes.
+template <transport_policy Intra,  // ranks of this node (shm, local, cuda_ipc)
+          transport_policy Inter>  // this local index on every node (mpi, nccl)
+class two_level {
+  static_assert(Intra::memory == Inter::memory,
+                "gradsync: two_level needs both transports in the same memory space: pair "
+                "shm or local with mpi for host buffers, cuda_ipc with nccl for device ones");
+
+ public:
+  using intra_type = Intra;
+  using inter_type = Inter;
+  static constexpr std::string_view name = "two_level";
+  static constexpr memory_space memory = Intra::memory;
+
+  /// Takes both transports; collective over both (checks that every node has the same
+  /// number of ranks and every local index the same number of nodes).
+  two_level(Intra intra, Inter inter) : intra_(std::move(intra)), inter_(std::move(inter)) {
+    check_shape();
+  }
+
+  std::size_t rank() const { return inter_.rank() * intra_.size() + intra_.rank(); }
+  std::size_t size() const { return inter_.size() * intra_.size(); }
+  Intra& intra() { return intra_; }
+  Inter& inter() { return inter_; }
+  const Intra& intra() const { return intra_; }
+  const Inter& inter() const { return inter_; }
+
+ private:
+  // max over {v, -v}: the largest and (negated) smallest v of a group in one call.
+  template <class Tr>
+  static std::pair<std::int64_t, std::int64_t> spread(Tr& t, std::size_t v) {
+    std::int64_t mm[2] = {static_cast<std::int64_t>(v), -static_cast<std::int64_t>(v)};
+    allreduce<algo::ring>(t, std::span<std::int64_t>(mm, 2), op::max);
+    return {-mm[1], mm[0]};
+  }
+
+  void check_shape() {
+    const auto [min_nodes, max_nodes] = spread(intra_, inter_.size());
+    const auto [min_local, max_local] = spread(inter_, intra_.size());
+    if (min_nodes != max_nodes || min_local != max_local) {
+      throw error(errc::mismatch, {rank(), error_site::npos, ~std::uint64_t{0}},
+                  "two_level: nodes must have equal numbers of ranks; seen from here, the "
+                  "nodes of this local index hold " +
+                      std::to_string(min_local) + " to " + std::to_string(max_local) +
+                      " ranks and the local indices of this node span " +
+                      std::to_string(min_nodes) + " to " + std::to_string(max_nodes) +
+                      " nodes. Launch the same number of ranks per node (e.g. mpirun "
+                      "--map-by ppr:N:node), or use one flat transport");
+    }
+  }
+
+  Intra intra_;
+  Inter inter_;
+};
+
+}  // namespace gradsync::transport

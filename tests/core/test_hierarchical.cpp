@@ -1,0 +1,196 @@
+// algo::hierarchical over transport::two_level<local, local>: nodes x local ranks as
+// threads of one process, each node an in-process group and each local index another.
+// Exact results from exactly representable inputs and bitwise identity across all
+// ranks, for several shapes, element types, ops, counts and inter-node algorithms; an
+// uneven job refused at construction; a mismatched call failing every rank.
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gradsync/algorithm/halving_doubling.hpp>
+#include <gradsync/algorithm/hierarchical.hpp>
+#include <gradsync/algorithm/tree.hpp>
+#include <gradsync/gradsync.hpp>
+#include <gradsync/testing/exact_inputs.hpp>
+
+#include "watchdog.hpp"
+
+namespace gs = gradsync;
+using gs::transport::local;
+using two_level = gs::transport::two_level<local, local>;
+
+namespace {
+
+/// Runs body(rank) on one thread per rank; node_of / local_of place each rank. Returns
+/// each rank's error message ("" when it succeeded).
+template <class Body>
+std::vector<std::string> run_ranks(const std::vector<std::size_t>& node_of,
+                                   const std::vector<std::size_t>& local_of, Body&& body) {
+  const std::size_t n = node_of.size();
+  std::vector<std::vector<std::size_t>> nodes, columns;  // members, in rank order
+  for (std::size_t r = 0; r < n; ++r) {
+    if (nodes.size() <= node_of[r]) nodes.resize(node_of[r] + 1);
+    if (columns.size() <= local_of[r]) columns.resize(local_of[r] + 1);
+    nodes[node_of[r]].push_back(r);
+    columns[local_of[r]].push_back(r);
+  }
+  std::vector<std::shared_ptr<gs::transport::detail::local_group>> node_g, col_g;
+  for (auto& m : nodes)
+    node_g.push_back(std::make_shared<gs::transport::detail::local_group>(m.size()));
+  for (auto& m : columns)
+    col_g.push_back(std::make_shared<gs::transport::detail::local_group>(m.size()));
+  auto index_in = [](const std::vector<std::size_t>& m, std::size_t r) {
+    std::size_t i = 0;
+    while (m[i] != r) ++i;
+    return i;
+  };
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      const std::size_t li = index_in(nodes[node_of[r]], r);
+      const std::size_t ci = index_in(columns[local_of[r]], r);
+      try {
+        body(local(node_g[node_of[r]], li), local(col_g[local_of[r]], ci));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        if (errors[r].empty()) errors[r] = "(empty message)";
+      }
+      node_g[node_of[r]]->leave(li);
+      col_g[local_of[r]]->leave(ci);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+/// A regular shape: rank = node * local + l.
+std::vector<std::string> run_shape(std::size_t nodes, std::size_t per_node, const auto& body) {
+  std::vector<std::size_t> node_of, local_of;
+  for (std::size_t r = 0; r < nodes * per_node; ++r) {
+    node_of.push_back(r / per_node);
+    local_of.push_back(r % per_node);
+  }
+  return run_ranks(node_of, local_of, body);
+}
+
+struct outcome {
+  std::vector<std::vector<std::uint64_t>> hashes;  // [rank][case]
+  std::vector<std::size_t> wrong;                  // [rank]
+  std::vector<std::size_t> rank_seen;              // [global rank] = 1 when seen
+};
+
+template <class A, class T, class Op>
+void cases(two_level& t, outcome& o, std::size_t r) {
+  const std::size_t n = t.size(), L = t.intra().size();
+  for (std::size_t count :
+       {std::size_t{0}, std::size_t{1}, L - 1, L + 1, std::size_t{9001}, std::size_t{65539}}) {
+    std::vector<T> v(count);
+    gs::testing::fill_inputs(std::span<T>(v), Op::id, t.rank(), n);
+    gs::allreduce<A>(t, std::span<T>(v), Op{});
+    o.wrong[r] += gs::testing::count_wrong(std::span<const T>(v), Op::id, n);
+    o.hashes[r].push_back(gs::testing::fnv1a64(v.data(), v.size() * sizeof(T)));
+  }
+}
+
+template <class A>
+void all_types(two_level& t, outcome& o, std::size_t r) {
+  cases<A, float, gs::op::sum_t>(t, o, r);
+  cases<A, float, gs::op::avg_t>(t, o, r);
+  cases<A, double, gs::op::prod_t>(t, o, r);
+  cases<A, gs::half, gs::op::max_t>(t, o, r);
+  cases<A, gs::bfloat16, gs::op::avg_t>(t, o, r);
+  cases<A, std::int32_t, gs::op::min_t>(t, o, r);
+  cases<A, std::int64_t, gs::op::sum_t>(t, o, r);
+}
+
+}  // namespace
+
+TEST_CASE("hierarchical: exact and bitwise identical on every shape and inter algorithm") {
+  gs::testbed::watchdog wd(240, "hierarchical exactness");
+  const std::size_t shapes[][2] = {{2, 2}, {3, 2}, {2, 3}, {1, 4}, {4, 1}, {2, 1}, {1, 1}};
+  for (const auto& s : shapes) {
+    const std::size_t nodes = s[0], per_node = s[1], n = nodes * per_node;
+    CAPTURE(nodes);
+    CAPTURE(per_node);
+    outcome o{std::vector<std::vector<std::uint64_t>>(n), std::vector<std::size_t>(n),
+              std::vector<std::size_t>(n)};
+    std::mutex m;
+    const auto errors = run_shape(nodes, per_node, [&](local intra, local inter) {
+      two_level t(std::move(intra), std::move(inter));
+      const std::size_t r = t.rank();
+      {
+        std::lock_guard lk(m);
+        o.rank_seen.at(r) += 1;
+      }
+      CHECK(t.size() == n);
+      all_types<gs::algo::hierarchical<>>(t, o, r);
+      all_types<gs::algo::hierarchical<gs::algo::tree>>(t, o, r);
+      all_types<gs::algo::hierarchical<gs::algo::halving_doubling>>(t, o, r);
+    });
+    for (std::size_t r = 0; r < n; ++r) {
+      CAPTURE(r);
+      CHECK(errors[r] == "");
+      CHECK(o.rank_seen[r] == 1);  // node-major numbering covers every rank once
+      CHECK(o.wrong[r] == 0);
+      CHECK(o.hashes[r].size() == 3 * 7 * 6);
+      CHECK(o.hashes[r] == o.hashes[0]);
+    }
+  }
+}
+
+TEST_CASE("hierarchical: an uneven job is refused at construction, on every rank") {
+  gs::testbed::watchdog wd(60, "hierarchical uneven");
+  // Node 0 holds ranks 0 and 1, node 1 only rank 2.
+  const auto errors = run_ranks({0, 0, 1}, {0, 1, 0}, [](local intra, local inter) {
+    two_level t(std::move(intra), std::move(inter));
+  });
+  for (const auto& e : errors) {
+    CAPTURE(e);
+    CHECK(e.find("nodes must have equal numbers of ranks") != std::string::npos);
+    CHECK((e.find("hold 1 to 2 ranks") != std::string::npos ||
+           e.find("span 1 to 2 nodes") != std::string::npos));
+  }
+}
+
+TEST_CASE("hierarchical: a call with a different count fails every rank, naming it") {
+  gs::testbed::watchdog wd(60, "hierarchical mismatch");
+  const auto errors = run_shape(2, 2, [](local intra, local inter) {
+    two_level t(std::move(intra), std::move(inter));
+    gs::call_options opt;
+    opt.timeout = gs::seconds_d(20);
+    std::vector<float> v(t.rank() == 3 ? 99 : 100, 1.0f);
+    gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(v), gs::op::sum, opt);
+  });
+  std::size_t named = 0;
+  for (const auto& e : errors) {
+    CAPTURE(e);
+    CHECK(e != "");
+    if (e.find("count 100 vs 99") != std::string::npos) ++named;
+  }
+  CHECK(named >= 2);  // node 1's ranks see the mismatch; node 0's may see peer_lost first
+}
+
+TEST_CASE("hierarchical: avg divides once by the whole group") {
+  gs::testbed::watchdog wd(60, "hierarchical avg");
+  std::mutex m;
+  std::vector<float> got;
+  const auto errors = run_shape(3, 2, [&](local intra, local inter) {
+    two_level t(std::move(intra), std::move(inter));
+    // Each rank contributes rank + 1: the mean over 6 ranks is 21 / 6 = 3.5, exact.
+    std::vector<float> v(7, static_cast<float>(t.rank() + 1));
+    gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(v), gs::op::avg);
+    std::lock_guard lk(m);
+    got.insert(got.end(), v.begin(), v.end());
+  });
+  for (const auto& e : errors) CHECK(e == "");
+  CHECK(got == std::vector<float>(6 * 7, 3.5f));
+}

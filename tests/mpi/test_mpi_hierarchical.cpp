@@ -1,0 +1,80 @@
+// algo::hierarchical over two_level_from_mpi (shm inside a node, mpi across nodes):
+// "nodes" made of consecutive ranks (node_color) so a multi-node layout runs on one
+// host, and the real shared-memory split (one node here). Exact results and bitwise
+// identity across every rank; an uneven layout refused on every rank.
+#include <mpi.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gradsync/algorithm/hierarchical.hpp>
+#include <gradsync/algorithm/native.hpp>
+#include <gradsync/algorithm/tree.hpp>
+#include <gradsync/testing/exact_inputs.hpp>
+#include <gradsync/transport/two_level_mpi.hpp>
+
+#include "mpi_harness.hpp"
+
+namespace gs = gradsync;
+using gs::testbed::world_rank;
+using gs::testbed::world_size;
+
+namespace {
+
+using two_level = gs::transport::two_level<gs::transport::shm, gs::transport::mpi>;
+
+template <class A, class T, class Op>
+void exact_cases(two_level& t, std::vector<std::uint64_t>& hashes) {
+  for (std::size_t count :
+       {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{9001}, std::size_t{300007}}) {
+    std::vector<T> v(count);
+    gs::testing::fill_inputs(std::span<T>(v), Op::id, t.rank(), t.size());
+    gs::allreduce<A>(t, std::span<T>(v), Op{});
+    const std::size_t wrong = gs::testing::count_wrong(std::span<const T>(v), Op::id, t.size());
+    GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong of " + std::to_string(count));
+    hashes.push_back(gs::testing::fnv1a64(v.data(), v.size() * sizeof(T)));
+  }
+}
+
+/// Every rank in nodes of `per_node` consecutive ranks (0: the shared-memory split).
+void layout(std::size_t per_node) {
+  const int color = per_node ? static_cast<int>(world_rank() / per_node) : -1;
+  two_level t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, color);
+  GS_CHECK(t.size() == world_size());
+  GS_CHECK(t.rank() == world_rank());  // nodes of consecutive ranks: node-major = world order
+  if (per_node) GS_CHECK(t.intra().size() == per_node);
+  std::vector<std::uint64_t> hashes;
+  exact_cases<gs::algo::hierarchical<>, float, gs::op::sum_t>(t, hashes);
+  exact_cases<gs::algo::hierarchical<gs::algo::native>, double, gs::op::avg_t>(t, hashes);
+  exact_cases<gs::algo::hierarchical<gs::algo::tree>, gs::bfloat16, gs::op::max_t>(t, hashes);
+  exact_cases<gs::algo::hierarchical<gs::algo::native>, std::int64_t, gs::op::prod_t>(t, hashes);
+  GS_CHECK(hashes.size() == 20);
+  GS_CHECK(gs::testbed::same_on_all_ranks(hashes));
+}
+
+}  // namespace
+
+GS_MPI_TEST("hierarchical: nodes of 2 ranks (shm) across mpi", 120) {
+  if (world_size() % 2) GS_SKIP("needs an even rank count");
+  layout(2);
+}
+
+GS_MPI_TEST("hierarchical: nodes of 3 ranks (shm) across mpi", 120) {
+  if (world_size() % 3) GS_SKIP("needs a multiple of 3 ranks");
+  layout(3);
+}
+
+GS_MPI_TEST("hierarchical: the shared-memory split (one node here)", 120) {
+  layout(0);
+}
+
+GS_MPI_TEST("hierarchical: uneven nodes are refused on every rank", 60) {
+  if (world_size() != 3 && world_size() != 5) GS_SKIP("needs 3 or 5 ranks");
+  // Nodes of 2 consecutive ranks: the last node has one.
+  const int color = static_cast<int>(world_rank() / 2);
+  const std::string msg = GS_CHECK_ERROR(
+      (void)gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, color), gs::errc::mismatch);
+  GS_CHECK_MSG(gs::testbed::contains(msg, "nodes must have equal numbers of ranks"), msg);
+}
