@@ -272,7 +272,8 @@ class batch_runner {
         throw_if_broken();
         const auto start = std::max(jt.idle_since, b.created);
         if (start < jt.picked) {
-          tl_.complete("wait_gradients", tr, start, jt.picked, "\"bucket\":" + std::to_string(k));
+          event("wait_gradients", tr, start, jt.picked,
+                [&] { return "\"bucket\":" + std::to_string(k); });
         }
         bucket_body(b, k, tr);
       } catch (...) {
@@ -310,6 +311,14 @@ class batch_runner {
   bool committed_ = false;
 
  private:
+  /// A timeline event whose arguments (a JSON object body from `args()`) are only built
+  /// when the timeline is on.
+  template <class Args>
+  void event(std::string_view name, observe::track tr, steady::time_point begin,
+             steady::time_point end, Args&& args) {
+    if (tl_.enabled()) tl_.complete(name, tr, begin, end, args());
+  }
+
   template <class T, class Op>
   static constexpr runner pick() {
     if constexpr (Op::id != reduce_op::avg || is_floating_element_v<T>) {
@@ -332,17 +341,18 @@ class batch_runner {
         if (n) std::memcpy(b.layout + b.plan->tensor_offset[i], (*b.ptrs)[i], n);
       }
       const auto t1 = steady::now();
-      tl_.complete("pack", tr, t0, t1, "\"bucket\":" + std::to_string(k));
+      event("pack", tr, t0, t1, [&] { return "\"bucket\":" + std::to_string(k); });
       b.stats.pack_seconds += std::chrono::duration<double>(t1 - t0).count();
     }
     const auto t0 = steady::now();
     (this->*b.runners[static_cast<std::size_t>(bk.type)])(base, bk.count, tr, b.stats);
     const auto t1 = steady::now();
     b.stats.seconds += std::chrono::duration<double>(t1 - t0).count();
-    tl_.complete("allreduce", tr, t0, t1,
-                 "\"bucket\":" + std::to_string(k) + ",\"bytes\":" + std::to_string(bk.bytes()) +
-                     ",\"tensors\":" + std::to_string(bk.tensors.size()) + ",\"algorithm\":\"" +
-                     std::string(Algorithm::name) + "\"");
+    event("allreduce", tr, t0, t1, [&] {
+      return "\"bucket\":" + std::to_string(k) + ",\"bytes\":" + std::to_string(bk.bytes()) +
+             ",\"tensors\":" + std::to_string(bk.tensors.size()) + ",\"algorithm\":\"" +
+             std::string(Algorithm::name) + "\"";
+    });
     if (packed && bk.tensors.size() > 1) {
       const auto u0 = steady::now();
       for (std::size_t i : bk.tensors) {
@@ -350,7 +360,7 @@ class batch_runner {
         if (n) std::memcpy((*b.ptrs)[i], b.layout + b.plan->tensor_offset[i], n);
       }
       const auto u1 = steady::now();
-      tl_.complete("unpack", tr, u0, u1, "\"bucket\":" + std::to_string(k));
+      event("unpack", tr, u0, u1, [&] { return "\"bucket\":" + std::to_string(k); });
       b.stats.pack_seconds += std::chrono::duration<double>(u1 - u0).count();
     }
   }
@@ -371,12 +381,12 @@ class batch_runner {
         const auto c0 = steady::now();
         kernels::finalize_cast(w, x, count, t_.size(), Op{});  // avg: w = x / n
         const auto c1 = steady::now();
-        tl_.complete("compress", tr, c0, c1, "\"elements\":" + std::to_string(count));
+        event("compress", tr, c0, c1, [&] { return "\"elements\":" + std::to_string(count); });
         run_wire<W, wire_op>(w, count, tr, acc);
         const auto d0 = steady::now();
         kernels::cast(x, w, count);
         const auto d1 = steady::now();
-        tl_.complete("decompress", tr, d0, d1, "\"elements\":" + std::to_string(count));
+        event("decompress", tr, d0, d1, [&] { return "\"elements\":" + std::to_string(count); });
         acc.compress_seconds += std::chrono::duration<double>((c1 - c0) + (d1 - d0)).count();
       } catch (...) {
         release_staging(std::move(wire));
