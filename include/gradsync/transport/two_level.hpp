@@ -1,6 +1,7 @@
 // transport::two_level — the ranks of a job seen at two levels: the processes (or
-// threads) of one node share a fast `Intra` transport (shm, local, cuda_ipc), and the
-// ranks with the same local index on every node share an `Inter` transport (mpi, nccl).
+// threads) of one node share a fast point-to-point `Intra` transport (shm, local), and the
+// ranks with the same local index on every node share an `Inter` transport (mpi).
+// Host memory only (device buffers: transport::nccl, whose own allreduce is hierarchical).
 // It carries no messages itself: algo::hierarchical (algorithm/hierarchical.hpp) runs
 // a reduce-scatter inside the node, an allreduce of each rank's shard across the nodes,
 // and an allgather inside the node.
@@ -33,12 +34,19 @@
 namespace gradsync::transport {
 
 /// Two transports forming one group: Intra inside a node, Inter across nodes.
-template <transport_policy Intra,  // ranks of this node (shm, local, cuda_ipc)
-          transport_policy Inter>  // this local index on every node (mpi, nccl)
+template <class Intra,  // ranks of this node, point to point (shm, local)
+          class Inter>  // this local index on every node (mpi)
 class two_level {
-  static_assert(Intra::memory == Inter::memory,
-                "gradsync: two_level needs both transports in the same memory space: pair "
-                "shm or local with mpi for host buffers, cuda_ipc with nccl for device ones");
+  static_assert(transport_policy<Intra>,
+                "gradsync: two_level's Intra must be a point-to-point transport (shm, local); "
+                "cuda_ipc has no point-to-point messages");
+  static_assert(transport_policy<Inter>,
+                "gradsync: two_level's Inter must be a transport (mpi; see "
+                "transport/concept.hpp)");
+  static_assert(Intra::memory == memory_space::host && Inter::memory == memory_space::host,
+                "gradsync: two_level is for host memory (shm or local inside the node, mpi "
+                "across nodes); for device buffers use transport::nccl with algo::native, "
+                "which already runs NVLink inside the node and the network across nodes");
 
  public:
   using intra_type = Intra;
