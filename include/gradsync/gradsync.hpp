@@ -16,5 +16,6 @@
 #include "gradsync/algorithm/tree.hpp"
 #include "gradsync/algorithm/halving_doubling.hpp"
 #include "gradsync/algorithm/auto_select.hpp"
+#include "gradsync/algorithm/hierarchical.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/allreducer.hpp"
