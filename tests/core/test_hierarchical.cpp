@@ -161,6 +161,24 @@ TEST_CASE("hierarchical: an uneven job is refused at construction, on every rank
   }
 }
 
+TEST_CASE("hierarchical: Inter groups mixing local indices are refused on every rank") {
+  gs::testbed::watchdog wd(60, "hierarchical mixed local indices");
+  // 3 nodes x 3; node 2's first two ranks are swapped between Inter groups 0 and 1, so
+  // groups 0 and 1 mix local indices and group 2 ({2, 5, 8}) alone is well formed.
+  const auto errors =
+      run_ranks({0, 0, 0, 1, 1, 1, 2, 2, 2}, {0, 1, 2, 0, 1, 2, 1, 0, 2},
+                [](local intra, local inter) { two_level t(std::move(intra), std::move(inter)); });
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    CAPTURE(r);
+    CAPTURE(errors[r]);
+    if (r == 2 || r == 5 || r == 8) {
+      CHECK(errors[r].find("another rank found the layout") != std::string::npos);
+    } else {
+      CHECK(errors[r].find("must have the same local index") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("hierarchical: a call with a different count fails every rank, naming it") {
   gs::testbed::watchdog wd(60, "hierarchical mismatch");
   const auto errors = run_shape(2, 2, [](local intra, local inter) {
@@ -170,13 +188,40 @@ TEST_CASE("hierarchical: a call with a different count fails every rank, naming 
     std::vector<float> v(t.rank() == 3 ? 99 : 100, 1.0f);
     gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(v), gs::op::sum, opt);
   });
-  std::size_t named = 0;
+  // Node 1 (ranks 2, 3) names the difference; node 0 is told at once that another node
+  // disagrees (not after its deadline: the watchdog and the 20 s timeout bound this).
+  for (std::size_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    CAPTURE(errors[r]);
+    if (r >= 2) {
+      CHECK(errors[r].find("count 100 vs 99") != std::string::npos);
+    } else {
+      CHECK(errors[r].find("the ranks of another node called allreduce with different "
+                           "arguments") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("hierarchical: nodes calling different inter-node algorithms fail every rank") {
+  gs::testbed::watchdog wd(60, "hierarchical inter algorithm mismatch");
+  const auto errors = run_shape(2, 2, [](local intra, local inter) {
+    two_level t(std::move(intra), std::move(inter));
+    gs::call_options opt;
+    opt.timeout = gs::seconds_d(20);
+    std::vector<float> v(100, 1.0f);
+    if (t.intra().rank() == 0 && t.inter().rank() == 1) {
+      gs::allreduce<gs::algo::hierarchical<gs::algo::tree>>(t, std::span<float>(v), gs::op::sum,
+                                                            opt);
+    } else {
+      gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(v), gs::op::sum, opt);
+    }
+  });
   for (const auto& e : errors) {
     CAPTURE(e);
-    CHECK(e != "");
-    if (e.find("count 100 vs 99") != std::string::npos) ++named;
+    CHECK(
+        ((e.find("hier<tree>") != std::string::npos && e.find("hier<ring>") != std::string::npos) ||
+         e.find("another node") != std::string::npos));
   }
-  CHECK(named >= 2);  // node 1's ranks see the mismatch; node 0's may see peer_lost first
 }
 
 TEST_CASE("hierarchical: avg divides once by the whole group") {

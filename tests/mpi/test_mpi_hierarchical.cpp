@@ -4,6 +4,7 @@
 // identity across every rank; an uneven layout refused on every rank.
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -77,4 +78,22 @@ GS_MPI_TEST("hierarchical: uneven nodes are refused on every rank", 60) {
   const std::string msg = GS_CHECK_ERROR(
       (void)gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, color), gs::errc::mismatch);
   GS_CHECK_MSG(gs::testbed::contains(msg, "nodes must have equal numbers of ranks"), msg);
+}
+
+GS_MPI_TEST("hierarchical: a mismatch inside one node fails every rank at once", 60) {
+  if (world_size() != 4) GS_SKIP("needs 4 ranks");
+  two_level t =
+      gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, static_cast<int>(world_rank() / 2));
+  gs::call_options opt;
+  opt.timeout = gs::seconds_d(30);
+  std::vector<float> v(world_rank() == 3 ? 99 : 100, 1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = GS_CHECK_ERROR(
+      gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(v), gs::op::sum, opt),
+      gs::errc::mismatch);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  GS_CHECK_MSG(s < 10, "took " + std::to_string(s) + " s: a node waited for its deadline");
+  GS_CHECK_MSG(gs::testbed::contains(msg, world_rank() >= 2 ? "count 100 vs 99" : "another node"),
+               msg);
+  gs::testbed::keep_until_exit(std::move(t));
 }

@@ -86,6 +86,10 @@ TEST_CASE("shm_launch: GRADSYNC_SHM_* first, rank and size as a pair") {
             "GRADSYNC_SHM_RANK must be a non-negative integer, got 'two'"));
   CHECK(has(failure(with(own, {{"GRADSYNC_SHM_RANK", "-1"}})), "got '-1'"));
   CHECK(has(failure(with(own, {{"GRADSYNC_SHM_RANK", ""}})), "got ''"));
+  CHECK(has(failure(with(own, {{"GRADSYNC_SHM_SIZE", "99999999999999999999"}})),
+            "GRADSYNC_SHM_SIZE must be a non-negative integer"));
+  CHECK(has(failure(with(own, {{"GRADSYNC_SHM_SIZE", "4294967296"}})),
+            "GRADSYNC_SHM_SIZE must be a non-negative integer"));
   CHECK(has(failure(with(own, {{"GRADSYNC_SHM_RANK", "2"}})),
             "rank 2 is not below the group size 2"));
   const std::string no_job = failure({{"GRADSYNC_SHM_RANK", "0"}, {"GRADSYNC_SHM_SIZE", "2"}});
@@ -108,6 +112,10 @@ TEST_CASE("shm_launch: Open MPI's variables") {
   CHECK(has(hosts, "transport::mpi"));
   CHECK(has(failure(with(open_mpi, {{"OMPI_COMM_WORLD_LOCAL_RANK", "x"}})),
             "OMPI_COMM_WORLD_LOCAL_RANK must be a non-negative integer, got 'x'"));
+  // Without the world size the several-hosts check could not run: not taken for a launch.
+  env_map partial = open_mpi;
+  partial.erase("OMPI_COMM_WORLD_SIZE");
+  CHECK(has(failure(partial), "no launcher was recognized"));
   // Inside a Slurm allocation mpirun's ranks inherit SLURM_*: Open MPI's variables win.
   CHECK(launch(with(open_mpi, slurm)).source == "Open MPI");
 }
@@ -145,13 +153,17 @@ TEST_CASE("shm_launch: MPICH Hydra's variables, the job from the hydra_pmi_proxy
 TEST_CASE("shm_launch: Slurm's variables, one node only") {
   CHECK(describe(launch(slurm)) == "Slurm 1/3 slurm-77.2");
 
-  env_map job_level = slurm;  // an allocation's variables without a step's
-  job_level.erase("SLURM_STEP_NUM_TASKS");
-  job_level.erase("SLURM_STEP_NUM_NODES");
-  job_level.erase("SLURM_STEP_ID");
-  job_level["SLURM_NTASKS"] = "2";
-  job_level["SLURM_NNODES"] = "1";
-  CHECK(describe(launch(job_level)) == "Slurm 1/2 slurm-77.0");
+  // A batch script's own process (an allocation's variables, no step's) is no launch:
+  // it would wait for ranks that never come.
+  env_map batch = slurm;
+  batch.erase("SLURM_STEP_NUM_TASKS");
+  batch.erase("SLURM_STEP_NUM_NODES");
+  batch.erase("SLURM_STEP_ID");
+  batch["SLURM_NTASKS"] = "2";
+  batch["SLURM_NNODES"] = "1";
+  CHECK(has(failure(batch), "no launcher was recognized"));
+  CHECK(has(failure(with(slurm, {{"SLURM_STEP_NUM_TASKS", "99999999999999999999"}})),
+            "SLURM_STEP_NUM_TASKS must be a non-negative integer"));
 
   const std::string hosts = failure(with(slurm, {{"SLURM_STEP_NUM_NODES", "2"}}));
   CHECK(has(hosts, "Slurm runs 3 ranks, not all of them on this host"));
@@ -165,7 +177,7 @@ TEST_CASE("shm_options::from_env: GRADSYNC_SHM_HEAP, and a byte count that overf
   ::setenv("GRADSYNC_SHM_JOB", "heap", 1);
   ::setenv("GRADSYNC_SHM_HEAP", "3M", 1);
   CHECK(gs::transport::shm_options::from_env().heap_bytes == (std::size_t{3} << 20));
-  for (const char* bad : {"3MB", "M", "-1K", "99999999999999G"}) {
+  for (const char* bad : {"3MB", "M", "-1K", "99999999999999G", "99999999999999999999"}) {
     CAPTURE(bad);
     ::setenv("GRADSYNC_SHM_HEAP", bad, 1);
     try {
@@ -178,4 +190,23 @@ TEST_CASE("shm_options::from_env: GRADSYNC_SHM_HEAP, and a byte count that overf
   for (const char* v :
        {"GRADSYNC_SHM_RANK", "GRADSYNC_SHM_SIZE", "GRADSYNC_SHM_JOB", "GRADSYNC_SHM_HEAP"})
     ::unsetenv(v);
+}
+
+TEST_CASE("shm: sizes whose segment would not fit in 64 bits are refused, not wrapped") {
+  gs::transport::shm_options o;
+  o.size = 2;
+  o.job = "too-big";
+  o.heap_bytes = std::size_t{1} << 63;  // "8589934592G": the layout's ranks * heap wraps
+  try {
+    gs::transport::shm t(o);
+    FAIL("a 2^63-byte heap must be refused");
+  } catch (const gs::error& e) {
+    CHECK(e.code() == gs::errc::invalid_argument);
+    CHECK(has(e.what(), "shm sizes too large"));
+  }
+  o.heap_bytes = 0;
+  o.size = std::size_t{1} << 32;  // ranks * ranks rings wrap
+  o.ring_bytes = std::size_t{1} << 20;
+  CHECK_THROWS_WITH_AS((void)gs::transport::shm{o}, doctest::Contains("shm sizes too large"),
+                       gs::error);
 }

@@ -12,12 +12,15 @@
 //   gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(grad), gs::op::sum);
 //   gs::allreduce<gs::algo::hierarchical<gs::algo::native>>(t, span, op);  // MPI_Allreduce
 //
-// The call's arguments are checked on both levels (errc::mismatch on every rank).
+// The call's arguments, the inter-node algorithm included, are checked on both levels
+// (errc::mismatch on every rank, at once).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -27,6 +30,7 @@
 #include "gradsync/algorithm/ring.hpp"
 #include "gradsync/core/consistency.hpp"
 #include "gradsync/core/dtype.hpp"
+#include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/transport/two_level.hpp"
 
@@ -50,15 +54,7 @@ struct hierarchical {
     const std::uint64_t in_seq = in.next_seq(), out_seq = out.next_seq();
     const call_context in_c{until, in_seq, data_tag(in_seq)};
     const call_context out_c{until, out_seq, data_tag(out_seq)};
-    if (opt.check) {
-      std::vector<call_header> table;
-      if (in.size() > 1)
-        agree(in, call_header::make(in_c.seq, data.size(), dtype_of<T>::value, Op::id, name), until,
-              table);
-      if (out.size() > 1)
-        agree(out, call_header::make(out_c.seq, data.size(), dtype_of<T>::value, Op::id, name),
-              until, table);
-    }
+    if (opt.check) check_arguments<T, Op>(t, data.size(), in_seq, out_seq, until);
     // op::avg: sums at both levels, one division by the whole group on the shard's owner.
     using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
     const std::size_t local = in.size();
@@ -75,6 +71,52 @@ struct hierarchical {
     in.executor().finalize(shard.data(), shard.size(), t.size(), op);
     pass.allgather();
     pass.finish();
+  }
+
+ private:
+  /// The header's algorithm field: "hier<" + InterAlgo's name + ">" (a different
+  /// InterAlgo on some nodes must be caught: their messages would not match).
+  static std::string header_name() { return "hier<" + std::string(InterAlgo::name) + ">"; }
+
+  /// Agrees on the call inside the node, then across nodes; every rank ends with the same
+  /// verdict. A node whose ranks disagree among themselves still takes part in the
+  /// cross-node round, with a poisoned header, so that the other nodes fail at once too
+  /// instead of waiting for it until their deadline.
+  template <class T, class Op, class Intra, class Inter>
+  static void check_arguments(transport::two_level<Intra, Inter>& t, std::size_t count,
+                              std::uint64_t in_seq, std::uint64_t out_seq, deadline until) {
+    static constexpr std::string_view poisoned = "node-mismatch";
+    std::vector<call_header> table;
+    std::exception_ptr node_error;
+    try {
+      if (t.intra().size() > 1)
+        agree(t.intra(),
+              call_header::make(in_seq, count, dtype_of<T>::value, Op::id, header_name()), until,
+              table);
+    } catch (const error& e) {
+      if (e.code() != errc::mismatch) throw;
+      node_error = std::current_exception();
+    }
+    try {
+      if (t.inter().size() > 1)
+        agree(t.inter(),
+              call_header::make(out_seq, count, dtype_of<T>::value, Op::id,
+                                node_error ? poisoned : header_name()),
+              until, table);
+    } catch (const error& e) {
+      if (node_error) std::rethrow_exception(node_error);
+      if (e.code() != errc::mismatch) throw;
+      for (const call_header& h : table) {
+        if (h.algo_name() == poisoned) {
+          throw error(errc::mismatch, {t.rank(), error_site::npos, in_seq},
+                      "the ranks of another node called allreduce with different arguments "
+                      "among themselves (that node's ranks name the difference); this node's "
+                      "ranks agree");
+        }
+      }
+      throw;
+    }
+    if (node_error) std::rethrow_exception(node_error);
   }
 };
 

@@ -36,6 +36,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -93,10 +94,12 @@ struct shm_options {
  private:
   static std::size_t env_bytes(const char* var, const char* s) {
     char* end = nullptr;
+    errno = 0;
     unsigned long long v = std::strtoull(s, &end, 10);
     const std::string unit = end ? end : "";
     const int shift = unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : 0;
-    if (end == s || *s < '0' || *s > '9' || (unit != "" && shift == 0) || v > (~0ull >> shift)) {
+    if (end == s || *s < '0' || *s > '9' || (unit != "" && shift == 0) || errno == ERANGE ||
+        v > (~0ull >> shift)) {
       throw error(errc::invalid_argument, {},
                   std::string(var) +
                       " must be a byte count with an optional K, M or G suffix, got '" + s + "'");
@@ -128,6 +131,9 @@ class shm_state {
     wake_all();
   }
 
+  /// Largest segment (and largest single buffer) an shm group may ask for: 64 PiB.
+  static constexpr std::size_t total_limit = std::size_t{1} << 56;
+
   static shm_geometry geometry(const shm_options& o) {
     if (o.size == 0 || o.rank >= o.size) {
       throw error(errc::invalid_argument, {o.rank, error_site::npos, ~std::uint64_t{0}},
@@ -137,6 +143,27 @@ class shm_state {
     if (o.job.empty()) {
       throw error(errc::invalid_argument, {o.rank, error_site::npos, ~std::uint64_t{0}},
                   "shm_options::job is empty; give every process of the job the same id");
+    }
+    // The segment's size, computed without wrapping (each term padded for its rounding
+    // and header): sizes whose layout would not fit are refused here, not mapped as a
+    // tiny segment that the offsets run past.
+    const std::size_t n = o.size, pad = page_bytes + cache_line;
+    std::size_t total = 0, pairs = 0;
+    auto mul_add = [&total](std::size_t a, std::size_t b) {
+      std::size_t m = 0;
+      return !__builtin_mul_overflow(a, b, &m) && !__builtin_add_overflow(total, m, &total);
+    };
+    const bool fits = o.slot_bytes < total_limit && o.ring_bytes < total_limit &&
+                      o.exchange_bytes < total_limit && o.heap_bytes < total_limit &&
+                      mul_add(n, 2 * o.slot_bytes + o.exchange_bytes + o.heap_bytes + 6 * pad) &&
+                      !__builtin_mul_overflow(n, n, &pairs) && mul_add(pairs, o.ring_bytes + pad) &&
+                      total < total_limit;
+    if (!fits) {
+      throw error(errc::invalid_argument, {o.rank, error_site::npos, ~std::uint64_t{0}},
+                  "shm sizes too large: " + std::to_string(n) + " ranks with slot " +
+                      std::to_string(o.slot_bytes) + ", ring " + std::to_string(o.ring_bytes) +
+                      ", exchange " + std::to_string(o.exchange_bytes) + " and heap " +
+                      std::to_string(o.heap_bytes) + " bytes need a segment over 2^56 bytes");
     }
     return {o.size, round_up(o.slot_bytes, cache_line),
             round_up(std::max<std::size_t>(o.ring_bytes, 4096), page_bytes),

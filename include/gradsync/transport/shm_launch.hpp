@@ -9,8 +9,8 @@
 //                     (or OMPI_MCA_ess_base_jobid)
 //        MPICH Hydra  MPI_LOCALRANKID / MPI_LOCALNRANKS, job: the pid of the
 //                     hydra_pmi_proxy that started this process (its parent)
-//        Slurm srun   SLURM_LOCALID / SLURM_STEP_NUM_TASKS (or SLURM_NTASKS), job
-//                     SLURM_JOB_ID.SLURM_STEP_ID
+//        Slurm srun   SLURM_LOCALID / SLURM_STEP_NUM_TASKS (one node:
+//                     SLURM_STEP_NUM_NODES), job SLURM_JOB_ID.SLURM_STEP_ID
 //      A GRADSYNC_SHM_JOB that is set still names the job.
 //
 // transport::shm joins the processes of ONE host. A launcher's job that spans several
@@ -23,6 +23,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdlib>
 #include <fstream>
@@ -42,15 +43,16 @@ struct shm_launch {
 
 namespace detail {
 
-/// Reads the non-negative integer in `var` into `out`: false when unset, throws when
-/// malformed.
+/// Reads the non-negative integer in `var` (a rank or a count, at most 2^31) into `out`:
+/// false when unset, throws when malformed.
 template <class Getenv>
 bool env_index(Getenv&& getenv, const char* var, std::size_t& out) {
   const char* s = getenv(var);
   if (!s) return false;
   char* end = nullptr;
+  errno = 0;
   const unsigned long long v = std::strtoull(s, &end, 10);
-  if (*s < '0' || *s > '9' || *end != '\0') {
+  if (*s < '0' || *s > '9' || *end != '\0' || errno == ERANGE || v > (1ull << 31)) {
     throw error(errc::invalid_argument, {},
                 std::string(var) + " must be a non-negative integer, got '" + s + "'");
   }
@@ -81,26 +83,28 @@ bool detect_launcher(Getenv&& getenv, pid_t parent, launcher_fields& f) {
     const char* s = getenv(var);
     return s ? std::string(s) : std::string();
   };
+  // Each launcher's rank, local size and world size must all be there (launchers set
+  // them together); a partial set is not taken for a launch.
   std::size_t rank = 0, size = 0, world = 0;
   if (env_index(getenv, "OMPI_COMM_WORLD_LOCAL_RANK", rank) &&
-      env_index(getenv, "OMPI_COMM_WORLD_LOCAL_SIZE", size)) {
-    f = {"Open MPI", rank, size, size, str("PMIX_NAMESPACE")};
+      env_index(getenv, "OMPI_COMM_WORLD_LOCAL_SIZE", size) &&
+      env_index(getenv, "OMPI_COMM_WORLD_SIZE", world)) {
+    f = {"Open MPI", rank, size, world, str("PMIX_NAMESPACE")};
     if (f.job.empty()) f.job = str("OMPI_MCA_ess_base_jobid");
-    if (env_index(getenv, "OMPI_COMM_WORLD_SIZE", world)) f.world = world;
     if (!f.job.empty()) f.job = "ompi-" + f.job;
     return true;
   }
-  if (env_index(getenv, "MPI_LOCALRANKID", rank) && env_index(getenv, "MPI_LOCALNRANKS", size)) {
-    f = {"MPICH Hydra", rank, size, size, {}};
-    if (env_index(getenv, "PMI_SIZE", world)) f.world = world;
+  if (env_index(getenv, "MPI_LOCALRANKID", rank) && env_index(getenv, "MPI_LOCALNRANKS", size) &&
+      env_index(getenv, "PMI_SIZE", world)) {
+    f = {"MPICH Hydra", rank, size, world, {}};
     if (process_name(parent) == "hydra_pmi_proxy") f.job = "hydra-" + std::to_string(parent);
     return true;
   }
+  // A job step started by srun (a batch script's own process has no step task count).
+  std::size_t nodes = 0;
   if (env_index(getenv, "SLURM_LOCALID", rank) &&
-      (env_index(getenv, "SLURM_STEP_NUM_TASKS", world) ||
-       env_index(getenv, "SLURM_NTASKS", world))) {
-    std::size_t nodes = 1;
-    if (!env_index(getenv, "SLURM_STEP_NUM_NODES", nodes)) env_index(getenv, "SLURM_NNODES", nodes);
+      env_index(getenv, "SLURM_STEP_NUM_TASKS", world) &&
+      env_index(getenv, "SLURM_STEP_NUM_NODES", nodes)) {
     // One node: every task is local. Several: the local size is not needed, the job is
     // refused below (world != size).
     f = {"Slurm", rank, nodes == 1 ? world : 0, world, {}};

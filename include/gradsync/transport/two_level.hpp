@@ -13,7 +13,8 @@
 //
 // Ranks are numbered node-major: rank = node * local_size + local_rank, where node is
 // the rank in the Inter group. Every node must have the same number of ranks: the
-// constructor checks that (collectively, over both transports) and throws
+// constructor checks that, and that each Inter group joins one local index
+// (collectively, over both transports), and throws
 // errc::mismatch naming the counts, so an uneven job fails at start, never with wrong
 // sums later.
 #pragma once
@@ -79,15 +80,36 @@ class two_level {
   void check_shape() {
     const auto [min_nodes, max_nodes] = spread(intra_, inter_.size());
     const auto [min_local, max_local] = spread(inter_, intra_.size());
-    if (min_nodes != max_nodes || min_local != max_local) {
-      throw error(errc::mismatch, {rank(), error_site::npos, ~std::uint64_t{0}},
-                  "two_level: nodes must have equal numbers of ranks; seen from here, the "
-                  "nodes of this local index hold " +
-                      std::to_string(min_local) + " to " + std::to_string(max_local) +
-                      " ranks and the local indices of this node span " +
-                      std::to_string(min_nodes) + " to " + std::to_string(max_nodes) +
-                      " nodes. Launch the same number of ranks per node (e.g. mpirun "
-                      "--map-by ppr:N:node), or use one flat transport");
+    const auto [min_index, max_index] = spread(inter_, intra_.rank());
+    std::string why;
+    if (min_index != max_index) {
+      why =
+          "the ranks of one Inter group must have the same local index (their rank in "
+          "their node's Intra group); this group mixes local indices " +
+          std::to_string(min_index) + " to " + std::to_string(max_index) +
+          ". Build Inter from the ranks of the same local index on every node";
+    } else if (min_nodes != max_nodes || min_local != max_local) {
+      why =
+          "nodes must have equal numbers of ranks; seen from here, the nodes of this local "
+          "index hold " +
+          std::to_string(min_local) + " to " + std::to_string(max_local) +
+          " ranks and the local indices of this node span " + std::to_string(min_nodes) + " to " +
+          std::to_string(max_nodes) +
+          " nodes. Launch the same number of ranks per node (e.g. mpirun --map-by "
+          "ppr:N:node), or use one flat transport";
+    }
+    // One verdict for all: a flag spread inside the node, across nodes, inside again
+    // reaches every rank (each node shares a local index with every other node).
+    std::size_t bad = why.empty() ? 0 : 1;
+    bad = static_cast<std::size_t>(spread(intra_, bad).second);
+    bad = static_cast<std::size_t>(spread(inter_, bad).second);
+    bad = static_cast<std::size_t>(spread(intra_, bad).second);
+    if (bad) {
+      throw error(
+          errc::mismatch, {rank(), error_site::npos, ~std::uint64_t{0}},
+          "two_level: " + (why.empty() ? std::string("another rank found the layout of the "
+                                                     "job's ranks wrong (its error says how)")
+                                       : why));
     }
   }
 

@@ -6,10 +6,11 @@
 //
 // The ranks of `comm` that share memory (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED)
 // form a node; or, with node_color >= 0, the ranks that pass the same color do (they
-// must share one host: e.g. to split one big host into NUMA-local groups, or to run a
-// multi-node layout on one machine in tests). Inside a node the shm group is ordered as
-// `comm`; the ranks with the same local index form one mpi transport, nodes ordered by
-// their lowest rank in `comm`, so two_level::rank() numbers every rank once.
+// must share one host, else every rank gets errc::invalid_argument: e.g. to split one
+// big host into NUMA-local groups, or to run a multi-node layout on one machine in
+// tests). Inside a node the shm group is ordered as `comm`; the ranks with the same
+// local index form one mpi transport, nodes ordered by their lowest rank in `comm`, so
+// two_level::rank() numbers every rank once.
 #pragma once
 
 #include <mpi.h>
@@ -51,7 +52,21 @@ inline two_level<shm, mpi> two_level_from_mpi(MPI_Comm comm, const shm_options& 
       throw;
     }
   }();
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
   MPI_Comm_free(&node);
+  // A color whose ranks are on several hosts: shm joined only this host's part of it.
+  // Every rank learns whether any node was split, so all fail together.
+  int split = intra.size() != static_cast<std::size_t>(node_size) ? 1 : 0, any_split = 0;
+  check(MPI_Allreduce(&split, &any_split, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+  if (any_split) {
+    const std::string where = split ? "only " + std::to_string(intra.size()) + " of this color's " +
+                                          std::to_string(node_size) + " ranks share memory here"
+                                    : "seen by another rank";
+    throw error(errc::invalid_argument, {},
+                "two_level_from_mpi: the ranks of one node_color are on several hosts (" + where +
+                    "): give the ranks of each host their own colors, or pass node_color -1");
+  }
   mpi inter = mpi(comm).split(local_rank, leader);
   return two_level<shm, mpi>(std::move(intra), std::move(inter));
 }
