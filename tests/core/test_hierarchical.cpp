@@ -82,6 +82,13 @@ std::vector<std::string> run_shape(std::size_t nodes, std::size_t per_node, cons
   return run_ranks(node_of, local_of, body);
 }
 
+/// 20 s instead of the default 300 s: a rank left waiting fails the case quickly.
+gs::call_options short_deadline() {
+  gs::call_options o;
+  o.timeout = gs::seconds_d(20);
+  return o;
+}
+
 struct outcome {
   std::vector<std::vector<std::uint64_t>> hashes;  // [rank][case]
   std::vector<std::size_t> wrong;                  // [rank]
@@ -183,8 +190,7 @@ TEST_CASE("hierarchical: a call with a different count fails every rank, naming 
   gs::testbed::watchdog wd(60, "hierarchical mismatch");
   const auto errors = run_shape(2, 2, [](local intra, local inter) {
     two_level t(std::move(intra), std::move(inter));
-    gs::call_options opt;
-    opt.timeout = gs::seconds_d(20);
+    const gs::call_options opt = short_deadline();
     std::vector<float> v(t.rank() == 3 ? 99 : 100, 1.0f);
     gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(v), gs::op::sum, opt);
   });
@@ -206,8 +212,7 @@ TEST_CASE("hierarchical: nodes calling different inter-node algorithms fail ever
   gs::testbed::watchdog wd(60, "hierarchical inter algorithm mismatch");
   const auto errors = run_shape(2, 2, [](local intra, local inter) {
     two_level t(std::move(intra), std::move(inter));
-    gs::call_options opt;
-    opt.timeout = gs::seconds_d(20);
+    const gs::call_options opt = short_deadline();
     std::vector<float> v(100, 1.0f);
     if (t.intra().rank() == 0 && t.inter().rank() == 1) {
       gs::allreduce<gs::algo::hierarchical<gs::algo::tree>>(t, std::span<float>(v), gs::op::sum,
