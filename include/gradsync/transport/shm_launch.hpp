@@ -5,20 +5,22 @@
 //      rank and size come as a pair (one without the other is an error).
 //   2. The launcher's own variables, so `mpirun -n 4 ./app` or `srun -n 4 ./app` needs
 //      nothing else:
-//        Open MPI     OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE, job PMIX_NAMESPACE
-//                     (or OMPI_MCA_ess_base_jobid)
-//        MPICH Hydra  MPI_LOCALRANKID / MPI_LOCALNRANKS, job: the pid of the
+//        Open MPI     OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE / _SIZE, job
+//                     PMIX_NAMESPACE (or OMPI_MCA_ess_base_jobid)
+//        MPICH Hydra  MPI_LOCALRANKID / MPI_LOCALNRANKS / PMI_SIZE, job: the pid of the
 //                     hydra_pmi_proxy that started this process (its parent)
 //        Slurm srun   SLURM_LOCALID / SLURM_STEP_NUM_TASKS (one node:
 //                     SLURM_STEP_NUM_NODES), job SLURM_JOB_ID.SLURM_STEP_ID
+//      Each launcher counts only with all of its variables set (world size included).
 //      A GRADSYNC_SHM_JOB that is set still names the job.
 //
 // transport::shm joins the processes of ONE host. A launcher's job that spans several
 // hosts would form one group per host, and each group would reduce only its own
 // host's gradients: silently wrong sums. So a job whose world size differs from its
 // local size is refused (errc::invalid_argument naming both); across hosts use
-// transport::mpi, or shm per host under a hierarchical algorithm. Setting
-// GRADSYNC_SHM_RANK / _SIZE by hand skips this check: the group is then yours to define.
+// transport::mpi, or two_level_from_mpi (shm per host, mpi across, algo::hierarchical).
+// Setting GRADSYNC_SHM_RANK / _SIZE by hand skips this check: the group is then yours
+// to define.
 #pragma once
 
 #include <unistd.h>

@@ -12,10 +12,10 @@
 //   gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(grad), gs::op::avg);
 //
 // Ranks are numbered node-major: rank = node * local_size + local_rank, where node is
-// the rank in the Inter group. Every node must have the same number of ranks: the
-// constructor checks that, and that each Inter group joins one local index
-// (collectively, over both transports), and throws
-// errc::mismatch naming the counts, so an uneven job fails at start, never with wrong
+// the rank in the Inter group. Every node must have the same number of ranks and each
+// Inter group must join one local index: the constructor checks both, collectively over
+// both transports, and every rank throws errc::mismatch (naming the counts) when any
+// rank found a fault, so an uneven or misbuilt job fails at start, never with wrong
 // sums later.
 #pragma once
 
@@ -55,8 +55,7 @@ class two_level {
   static constexpr std::string_view name = "two_level";
   static constexpr memory_space memory = Intra::memory;
 
-  /// Takes both transports; collective over both (checks that every node has the same
-  /// number of ranks and every local index the same number of nodes).
+  /// Takes both transports; collective over both (checks the layout, see above).
   two_level(Intra intra, Inter inter) : intra_(std::move(intra)), inter_(std::move(inter)) {
     check_shape();
   }
