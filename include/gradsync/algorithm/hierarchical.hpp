@@ -76,7 +76,10 @@ struct hierarchical {
  private:
   /// The header's algorithm field: "hier<" + InterAlgo's name + ">" (a different
   /// InterAlgo on some nodes must be caught: their messages would not match).
-  static std::string header_name() { return "hier<" + std::string(InterAlgo::name) + ">"; }
+  static const std::string& header_name() {
+    static const std::string n = "hier<" + std::string(InterAlgo::name) + ">";  // built once
+    return n;
+  }
 
   /// Agrees on the call inside the node, then across nodes; every rank ends with the same
   /// verdict. A node whose ranks disagree among themselves still takes part in the
