@@ -1,6 +1,8 @@
 // The façade: allreducer<Transport, Algorithm, Fusion, Compression> composes the four
 // policies into one object that keeps state across calls: the bucket plan of a model's
 // registered gradients, the background progress thread, statistics and the timeline.
+// Transport is one transport, or a transport::two_level with algo::hierarchical (buckets
+// go through the node's transport and across nodes; everything else is the same).
 //
 // Threading. One caller thread uses an allreducer at a time. Asynchronous work (buckets
 // launched by ready(), allreduce_async) runs on a background thread the allreducer owns;
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "gradsync/algorithm/concept.hpp"
+#include "gradsync/algorithm/hierarchical.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/compression/cast.hpp"
 #include "gradsync/compression/concept.hpp"
@@ -47,6 +50,7 @@
 #include "gradsync/observe/stats.hpp"
 #include "gradsync/observe/timeline.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/two_level.hpp"
 
 namespace gradsync {
 
@@ -61,18 +65,22 @@ struct allreducer_options {
   std::string timeline = observe::timeline::env_path();  ///< Chrome-trace path; "" = off
 };
 
-template <class Transport,                     ///< who moves the bytes (transport_policy)
-          class Algorithm,                     ///< how ranks combine (algorithm_for<., Transport>)
+template <class Transport,  ///< who moves the bytes (transport_policy, or a two_level)
+          class Algorithm,  ///< how ranks combine (algorithm_for<., Transport>; hierarchical)
           class Fusion = fusion::none,         ///< how tensors become messages (fusion_policy)
           class Compression = compress::none>  ///< what goes on the wire (none, fp16, bf16)
 class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Compression> {
-  static_assert(
-      transport_policy<Transport>,
-      "gradsync::allreducer: the first parameter must satisfy gradsync::transport_policy; "
-      "use transport::local, shm, mpi, nccl or cuda_ipc");
-  static_assert(algorithm_for<Algorithm, Transport>,
+  static constexpr bool two_level = transport::is_two_level_v<Transport>;
+  static_assert(transport_policy<Transport> || two_level,
+                "gradsync::allreducer: the first parameter must satisfy gradsync::transport_policy "
+                "(transport::local, shm, mpi, nccl or cuda_ipc) or be a transport::two_level");
+  static_assert(two_level || algorithm_for<Algorithm, Transport>,
                 "gradsync::allreducer: the second parameter must be an algorithm for this "
-                "transport (algo::ring, tree, halving_doubling, auto_select, ...)");
+                "transport (algo::ring, tree, halving_doubling, auto_select, ...); "
+                "algo::hierarchical needs a transport::two_level");
+  static_assert(!two_level || detail::is_hierarchical<Algorithm>,
+                "gradsync::allreducer: over a transport::two_level the algorithm must be "
+                "algo::hierarchical<InterAlgo> (e.g. algo::hierarchical<algo::ring>)");
   static_assert(fusion::fusion_policy<Fusion>,
                 "gradsync::allreducer: the third parameter must be a fusion policy; use "
                 "fusion::none, fusion::bucket<Bytes> or fusion::zero_copy<Bytes>");
@@ -131,14 +139,14 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   /// In-place allreduce of one tensor, on the calling thread (after queued work drains).
   template <class T, class Op>
   void allreduce(std::span<T> data, Op op) {
-    check_composition<Algorithm, Transport, std::remove_const_t<T>, Op>();
+    check_call<std::remove_const_t<T>, Op>();
     const tensor_ref one(data);
     run_list(std::span<const tensor_ref>(&one, 1), op, false).wait();
   }
   /// Queues an in-place allreduce of one tensor on the progress thread.
   template <class T, class Op>
   pending allreduce_async(std::span<T> data, Op op) {
-    check_composition<Algorithm, Transport, std::remove_const_t<T>, Op>();
+    check_call<std::remove_const_t<T>, Op>();
     const tensor_ref one(data);
     return run_list(std::span<const tensor_ref>(&one, 1), op, true);
   }
@@ -155,7 +163,7 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   }
   template <class T, class Op>
   void allreduce(const std::vector<std::span<T>>& list, Op op) {
-    check_composition<Algorithm, Transport, std::remove_const_t<T>, Op>();
+    check_call<std::remove_const_t<T>, Op>();
     const std::vector<tensor_ref> refs(list.begin(), list.end());
     allreduce(std::span<const tensor_ref>(refs), op);
   }
@@ -259,6 +267,17 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   const call_options& options() const { return this->opt_; }
 
  private:
+  /// The composition checks of one call with element type T and op Op.
+  template <class T, class Op>
+  static constexpr void check_call() {
+    if constexpr (two_level) {
+      check_two_level_composition<Algorithm, typename Transport::intra_type,
+                                  typename Transport::inter_type, T, Op>();
+    } else {
+      check_composition<Algorithm, Transport, T, Op>();
+    }
+  }
+
   template <class Op>
   pending run_list(std::span<const tensor_ref> list, Op op, bool async) {
     (void)op;

@@ -21,6 +21,7 @@
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 
+#include "two_level_ranks.hpp"
 #include "watchdog.hpp"
 
 namespace gs = gradsync;
@@ -28,59 +29,6 @@ using gs::transport::local;
 using two_level = gs::transport::two_level<local, local>;
 
 namespace {
-
-/// Runs body(rank) on one thread per rank; node_of / local_of place each rank. Returns
-/// each rank's error message ("" when it succeeded).
-template <class Body>
-std::vector<std::string> run_ranks(const std::vector<std::size_t>& node_of,
-                                   const std::vector<std::size_t>& local_of, Body&& body) {
-  const std::size_t n = node_of.size();
-  std::vector<std::vector<std::size_t>> nodes, columns;  // members, in rank order
-  for (std::size_t r = 0; r < n; ++r) {
-    if (nodes.size() <= node_of[r]) nodes.resize(node_of[r] + 1);
-    if (columns.size() <= local_of[r]) columns.resize(local_of[r] + 1);
-    nodes[node_of[r]].push_back(r);
-    columns[local_of[r]].push_back(r);
-  }
-  std::vector<std::shared_ptr<gs::transport::detail::local_group>> node_g, col_g;
-  for (auto& m : nodes)
-    node_g.push_back(std::make_shared<gs::transport::detail::local_group>(m.size()));
-  for (auto& m : columns)
-    col_g.push_back(std::make_shared<gs::transport::detail::local_group>(m.size()));
-  auto index_in = [](const std::vector<std::size_t>& m, std::size_t r) {
-    std::size_t i = 0;
-    while (m[i] != r) ++i;
-    return i;
-  };
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (std::size_t r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      const std::size_t li = index_in(nodes[node_of[r]], r);
-      const std::size_t ci = index_in(columns[local_of[r]], r);
-      try {
-        body(local(node_g[node_of[r]], li), local(col_g[local_of[r]], ci));
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        if (errors[r].empty()) errors[r] = "(empty message)";
-      }
-      node_g[node_of[r]]->leave(li);
-      col_g[local_of[r]]->leave(ci);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-/// A regular shape: rank = node * local + l.
-std::vector<std::string> run_shape(std::size_t nodes, std::size_t per_node, const auto& body) {
-  std::vector<std::size_t> node_of, local_of;
-  for (std::size_t r = 0; r < nodes * per_node; ++r) {
-    node_of.push_back(r / per_node);
-    local_of.push_back(r % per_node);
-  }
-  return run_ranks(node_of, local_of, body);
-}
 
 /// 20 s instead of the default 300 s: a rank left waiting fails the case quickly.
 gs::call_options short_deadline() {
@@ -131,18 +79,19 @@ TEST_CASE("hierarchical: exact and bitwise identical on every shape and inter al
     outcome o{std::vector<std::vector<std::uint64_t>>(n), std::vector<std::size_t>(n),
               std::vector<std::size_t>(n)};
     std::mutex m;
-    const auto errors = run_shape(nodes, per_node, [&](local intra, local inter) {
-      two_level t(std::move(intra), std::move(inter));
-      const std::size_t r = t.rank();
-      {
-        std::lock_guard lk(m);
-        o.rank_seen.at(r) += 1;
-      }
-      CHECK(t.size() == n);
-      all_types<gs::algo::hierarchical<>>(t, o, r);
-      all_types<gs::algo::hierarchical<gs::algo::tree>>(t, o, r);
-      all_types<gs::algo::hierarchical<gs::algo::halving_doubling>>(t, o, r);
-    });
+    const auto errors =
+        gs::testbed::run_two_level_shape(nodes, per_node, [&](local intra, local inter) {
+          two_level t(std::move(intra), std::move(inter));
+          const std::size_t r = t.rank();
+          {
+            std::lock_guard lk(m);
+            o.rank_seen.at(r) += 1;
+          }
+          CHECK(t.size() == n);
+          all_types<gs::algo::hierarchical<>>(t, o, r);
+          all_types<gs::algo::hierarchical<gs::algo::tree>>(t, o, r);
+          all_types<gs::algo::hierarchical<gs::algo::halving_doubling>>(t, o, r);
+        });
     for (std::size_t r = 0; r < n; ++r) {
       CAPTURE(r);
       CHECK(errors[r] == "");
@@ -157,9 +106,9 @@ TEST_CASE("hierarchical: exact and bitwise identical on every shape and inter al
 TEST_CASE("hierarchical: an uneven job is refused at construction, on every rank") {
   gs::testbed::watchdog wd(60, "hierarchical uneven");
   // Node 0 holds ranks 0 and 1, node 1 only rank 2.
-  const auto errors = run_ranks({0, 0, 1}, {0, 1, 0}, [](local intra, local inter) {
-    two_level t(std::move(intra), std::move(inter));
-  });
+  const auto errors = gs::testbed::run_two_level(
+      {0, 0, 1}, {0, 1, 0},
+      [](local intra, local inter) { two_level t(std::move(intra), std::move(inter)); });
   for (const auto& e : errors) {
     CAPTURE(e);
     CHECK(e.find("nodes must have equal numbers of ranks") != std::string::npos);
@@ -172,9 +121,9 @@ TEST_CASE("hierarchical: Inter groups mixing local indices are refused on every 
   gs::testbed::watchdog wd(60, "hierarchical mixed local indices");
   // 3 nodes x 3; node 2's first two ranks are swapped between Inter groups 0 and 1, so
   // groups 0 and 1 mix local indices and group 2 ({2, 5, 8}) alone is well formed.
-  const auto errors =
-      run_ranks({0, 0, 0, 1, 1, 1, 2, 2, 2}, {0, 1, 2, 0, 1, 2, 1, 0, 2},
-                [](local intra, local inter) { two_level t(std::move(intra), std::move(inter)); });
+  const auto errors = gs::testbed::run_two_level(
+      {0, 0, 0, 1, 1, 1, 2, 2, 2}, {0, 1, 2, 0, 1, 2, 1, 0, 2},
+      [](local intra, local inter) { two_level t(std::move(intra), std::move(inter)); });
   for (std::size_t r = 0; r < errors.size(); ++r) {
     CAPTURE(r);
     CAPTURE(errors[r]);
@@ -188,7 +137,7 @@ TEST_CASE("hierarchical: Inter groups mixing local indices are refused on every 
 
 TEST_CASE("hierarchical: a call with a different count fails every rank, naming it") {
   gs::testbed::watchdog wd(60, "hierarchical mismatch");
-  const auto errors = run_shape(2, 2, [](local intra, local inter) {
+  const auto errors = gs::testbed::run_two_level_shape(2, 2, [](local intra, local inter) {
     two_level t(std::move(intra), std::move(inter));
     const gs::call_options opt = short_deadline();
     std::vector<float> v(t.rank() == 3 ? 99 : 100, 1.0f);
@@ -210,7 +159,7 @@ TEST_CASE("hierarchical: a call with a different count fails every rank, naming 
 
 TEST_CASE("hierarchical: nodes calling different inter-node algorithms fail every rank") {
   gs::testbed::watchdog wd(60, "hierarchical inter algorithm mismatch");
-  const auto errors = run_shape(2, 2, [](local intra, local inter) {
+  const auto errors = gs::testbed::run_two_level_shape(2, 2, [](local intra, local inter) {
     two_level t(std::move(intra), std::move(inter));
     const gs::call_options opt = short_deadline();
     std::vector<float> v(100, 1.0f);
@@ -233,7 +182,7 @@ TEST_CASE("hierarchical: avg divides once by the whole group") {
   gs::testbed::watchdog wd(60, "hierarchical avg");
   std::mutex m;
   std::vector<float> got;
-  const auto errors = run_shape(3, 2, [&](local intra, local inter) {
+  const auto errors = gs::testbed::run_two_level_shape(3, 2, [&](local intra, local inter) {
     two_level t(std::move(intra), std::move(inter));
     // Each rank contributes rank + 1: the mean over 6 ranks is 21 / 6 = 3.5, exact.
     std::vector<float> v(7, static_cast<float>(t.rank() + 1));

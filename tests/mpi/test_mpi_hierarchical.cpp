@@ -1,11 +1,14 @@
 // algo::hierarchical over two_level_from_mpi (shm inside a node, mpi across nodes):
 // "nodes" made of consecutive ranks (node_color) so a multi-node layout runs on one
 // host, and the real shared-memory split (one node here). Exact results and bitwise
-// identity across every rank; an uneven layout refused on every rank.
+// identity across every rank; an uneven layout refused on every rank; the allreducer
+// (bucket fusion, progress thread) over the same two levels.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +16,7 @@
 #include <gradsync/algorithm/hierarchical.hpp>
 #include <gradsync/algorithm/native.hpp>
 #include <gradsync/algorithm/tree.hpp>
+#include <gradsync/allreducer.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/two_level_mpi.hpp>
 
@@ -96,4 +100,47 @@ GS_MPI_TEST("hierarchical: a mismatch inside one node fails every rank at once",
   GS_CHECK_MSG(gs::testbed::contains(msg, world_rank() >= 2 ? "count 100 vs 99" : "another node"),
                msg);
   gs::testbed::keep_until_exit(std::move(t));
+}
+
+GS_MPI_TEST("hierarchical: the allreducer's buckets, ready() in random orders, exact", 120) {
+  const std::size_t per_node = world_size() % 2 ? 1 : 2;
+  two_level t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {},
+                                                  static_cast<int>(world_rank() / per_node));
+  std::vector<std::uint64_t> hashes;
+  {
+    gs::allreducer<two_level, gs::algo::hierarchical<gs::algo::native>,
+                   gs::fusion::bucket<16 << 10>>
+        ar(t);
+    // 30 tensors of 1..30000 floats: several buckets, some tensors alone in one.
+    std::vector<std::vector<float>> g(30);
+    std::vector<std::size_t> first(g.size());
+    for (std::size_t i = 0, at = 0; i < g.size(); ++i) {
+      g[i].resize((i * 7919) % 30000 + 1);
+      first[i] = at;
+      at += g[i].size();
+      ar.add(std::span<float>(g[i]), "g" + std::to_string(i));
+    }
+    ar.commit(gs::op::sum);
+    std::vector<std::size_t> order(g.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::mt19937_64 rng(world_rank() + 1);
+    for (int step = 0; step < 3; ++step) {
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        gs::testing::fill_inputs(std::span<float>(g[i]), gs::reduce_op::sum, t.rank(), t.size(),
+                                 first[i]);
+      }
+      std::shuffle(order.begin(), order.end(), rng);  // a different order on every rank
+      for (std::size_t i : order) ar.ready(i);
+      ar.wait();
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        wrong += gs::testing::count_wrong(std::span<const float>(g[i]), gs::reduce_op::sum,
+                                          t.size(), first[i]);
+        hashes.push_back(gs::testing::fnv1a64(g[i].data(), g[i].size() * sizeof(float)));
+      }
+      GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong in step " + std::to_string(step));
+    }
+    GS_CHECK_MSG(gs::testbed::contains(ar.summary(), "hierarchical"), ar.summary());
+  }
+  GS_CHECK(gs::testbed::same_on_all_ranks(hashes));
 }

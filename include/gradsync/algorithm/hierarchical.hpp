@@ -134,22 +134,29 @@ template <class X>
 inline constexpr bool is_hierarchical<algo::hierarchical<X>> = true;
 }  // namespace detail
 
-/// In-place allreduce over a two-level transport; A must be algo::hierarchical<...>.
+/// The composition checks of algorithm A on two_level<Intra, Inter> for T and Op: A is
+/// algo::hierarchical, ring runs on Intra and A's inter-node algorithm on Inter.
 template <class A, class Intra, class Inter, class T, class Op>
-void allreduce(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
-               const call_options& opt = {}) {
+constexpr void check_two_level_composition() {
   static_assert(detail::is_hierarchical<A>,
                 "gradsync: a transport::two_level runs algo::hierarchical<InterAlgo> (e.g. "
                 "allreduce<algo::hierarchical<algo::ring>>(t, data, op)); flat algorithms run "
                 "on t.intra() or t.inter() alone");
   if constexpr (detail::is_hierarchical<A>) {
-    check_composition<algo::ring, Intra, std::remove_const_t<T>, Op>();
-    check_composition<typename A::inter_algorithm, Inter, std::remove_const_t<T>, Op>();
-    static_assert(!std::is_const_v<T>,
-                  "gradsync: the in-place allreduce writes its buffer; pass a std::span of "
-                  "non-const elements");
-    A::run(t, data, op, opt);
+    check_composition<algo::ring, Intra, T, Op>();
+    check_composition<typename A::inter_algorithm, Inter, T, Op>();
   }
+}
+
+/// In-place allreduce over a two-level transport; A must be algo::hierarchical<...>.
+template <class A, class Intra, class Inter, class T, class Op>
+void allreduce(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
+               const call_options& opt = {}) {
+  check_two_level_composition<A, Intra, Inter, std::remove_const_t<T>, Op>();
+  static_assert(!std::is_const_v<T>,
+                "gradsync: the in-place allreduce writes its buffer; pass a std::span of "
+                "non-const elements");
+  if constexpr (detail::is_hierarchical<A>) A::run(t, data, op, opt);
 }
 
 }  // namespace gradsync

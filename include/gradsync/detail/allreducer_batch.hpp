@@ -37,6 +37,7 @@
 #include "gradsync/observe/stats.hpp"
 #include "gradsync/observe/timeline.hpp"
 #include "gradsync/observe/traced_transport.hpp"
+#include "gradsync/transport/two_level.hpp"
 
 namespace gradsync::detail {
 
@@ -399,15 +400,29 @@ class batch_runner {
   template <class T, class Op>
   void run_wire(T* data, std::size_t count, observe::track tr, observe::call_stats& acc) {
     std::span<T> s(data, count);
-    if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
-      observe::traced_transport<Transport> tt(t_, &tl_, tr);
-      gradsync::allreduce<Algorithm>(tt, s, Op{}, opt_);
-      acc.bytes_wire += tt.bytes_sent();
+    if constexpr (transport_policy<Transport>) {  // not a two_level: maybe traced
+      if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
+        observe::traced_transport<Transport> tt(t_, &tl_, tr);
+        gradsync::allreduce<Algorithm>(tt, s, Op{}, opt_);
+        acc.bytes_wire += tt.bytes_sent();
+        return;
+      }
+    }
+    gradsync::allreduce<Algorithm>(t_, s, Op{}, opt_);
+    acc.bytes_wire += estimated_wire_bytes(s.size_bytes());
+    acc.wire_measured = false;
+  }
+
+  /// Bytes this rank sends for one allreduce of `bytes` when they are not counted: a
+  /// ring's 2(n-1)/n, or over two levels a ring inside the node plus a ring of the
+  /// 1/local shard across nodes.
+  std::size_t estimated_wire_bytes(std::size_t bytes) const {
+    auto ring = [](std::size_t b, std::size_t n) { return n > 1 ? b * 2 * (n - 1) / n : 0; };
+    if constexpr (transport::is_two_level_v<Transport>) {
+      const std::size_t local = t_.intra().size();
+      return ring(bytes, local) + ring(bytes / local, t_.inter().size());
     } else {
-      gradsync::allreduce<Algorithm>(t_, s, Op{}, opt_);
-      const std::size_t n = t_.size();
-      acc.bytes_wire += n > 1 ? s.size_bytes() * 2 * (n - 1) / n : 0;
-      acc.wire_measured = false;
+      return ring(bytes, t_.size());
     }
   }
 

@@ -2,12 +2,14 @@
 // every other rank's (tensor count, plan digest); if any differs, rank 0's tensor list
 // is sent to every rank, each finds its first differing tensor, and the findings are
 // shared so that every rank throws the same errc::mismatch naming that tensor — never
-// a hang on a bucket whose size differs between ranks.
+// a hang on a bucket whose size differs between ranks. Over a transport::two_level the
+// check runs inside each node, then across nodes (one verdict for every rank).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/fusion/tensor.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/two_level.hpp"
 
 namespace gradsync::fusion {
 
@@ -64,19 +67,29 @@ inline std::string describe_desc(const wire_desc& w) {
          std::string(dtype_name(static_cast<dtype>(w.type)));
 }
 
-}  // namespace detail
+inline constexpr std::uint64_t poisoned_magic = 0x67734658;  // "gsFX": my node disagrees
 
-/// Throws errc::mismatch on every rank unless all ranks registered the same tensor list
-/// with the same plan parameters (`p.digest`). Uses two sequence numbers of `t` when
-/// the lists differ and one when they agree (the same on every rank either way).
-template <transport_policy Tr>
-void check_plan(Tr& t, std::span<const tensor_desc> tensors, const plan& p, deadline d) {
+/// check_plan over one transport. `poisoned`: this rank's own node already disagrees
+/// (two levels, below); then it only tells its peers so, and returns. `rank_of` maps a
+/// rank of `t` to the rank named in messages.
+template <transport_policy Tr, class RankOf>
+void check_plan_on(Tr& t, std::span<const tensor_desc> tensors, const plan& p, deadline d,
+                   bool poisoned, RankOf rank_of) {
   const std::size_t n = t.size(), r = t.rank();
   if (n == 1) return;
   const std::uint64_t seq = t.next_seq();
   std::vector<detail::plan_summary> table;
-  detail::allgather_pod(t, detail::plan_summary{0x67734650, tensors.size(), p.digest}, table,
-                        consistency_tag(seq), d);
+  detail::allgather_pod(
+      t, detail::plan_summary{poisoned ? poisoned_magic : 0x67734650, tensors.size(), p.digest},
+      table, consistency_tag(seq), d);
+  for (const auto& s : table) {
+    if (s.magic != poisoned_magic) continue;
+    if (poisoned) return;  // the caller rethrows its node's own finding
+    throw error(errc::mismatch, {rank_of(r), error_site::npos, seq},
+                "ranks registered different tensor lists for the bucket plan: the ranks of "
+                "another node differ among themselves (their errors name the first differing "
+                "tensor); this node's ranks agree");
+  }
   bool same = true;
   for (const auto& s : table) {
     same = same && s.magic == table[0].magic && s.tensors == table[0].tensors &&
@@ -119,11 +132,11 @@ void check_plan(Tr& t, std::span<const tensor_desc> tensors, const plan& p, dead
   std::size_t shown = 0;
   for (std::size_t q = 1; q < n && shown < 4; ++q) {
     const auto& f = diffs[q];
-    const std::string who = "rank " + std::to_string(q);
+    const std::string who = "rank " + std::to_string(rank_of(q));
     if (f.index == ~std::uint64_t{0}) {
       if (table[q].digest != table[0].digest) {
-        msg += "\n  " + who +
-               " has the same tensors as rank 0 but different plan parameters "
+        msg += "\n  " + who + " has the same tensors as rank " + std::to_string(rank_of(0)) +
+               " but different plan parameters "
                "(bucket size, order or storage)";
         ++shown;
       }
@@ -138,11 +151,41 @@ void check_plan(Tr& t, std::span<const tensor_desc> tensors, const plan& p, dead
            " has " +
            (f.has_mine ? detail::describe_desc(f.mine)
                        : "no such tensor (" + std::to_string(table[q].tensors) + " registered)") +
-           ", rank 0 has " +
+           ", rank " + std::to_string(rank_of(0)) + " has " +
            (f.has_ref ? detail::describe_desc(f.ref)
                       : "no such tensor (" + std::to_string(table[0].tensors) + " registered)");
   }
-  throw error(errc::mismatch, {r, error_site::npos, seq}, msg);
+  throw error(errc::mismatch, {rank_of(r), error_site::npos, seq}, msg);
+}
+
+}  // namespace detail
+
+/// Throws errc::mismatch on every rank unless all ranks registered the same tensor list
+/// with the same plan parameters (`p.digest`). Uses two sequence numbers of `t` when
+/// the lists differ and one when they agree (the same on every rank either way).
+template <transport_policy Tr>
+void check_plan(Tr& t, std::span<const tensor_desc> tensors, const plan& p, deadline d) {
+  detail::check_plan_on(t, tensors, p, d, false, [](std::size_t q) { return q; });
+}
+
+/// The same over a transport::two_level: inside the node, then across nodes. A node whose
+/// ranks disagree joins the cross-node round poisoned, so the other nodes fail at once
+/// too (not at their deadline); messages name global ranks.
+template <class Intra, class Inter>
+void check_plan(transport::two_level<Intra, Inter>& t, std::span<const tensor_desc> tensors,
+                const plan& p, deadline d) {
+  const std::size_t local = t.intra().size(), node = t.inter().rank(), li = t.intra().rank();
+  std::exception_ptr node_error;
+  try {
+    detail::check_plan_on(t.intra(), tensors, p, d, false,
+                          [&](std::size_t q) { return node * local + q; });
+  } catch (const error& e) {
+    if (e.code() != errc::mismatch) throw;
+    node_error = std::current_exception();
+  }
+  detail::check_plan_on(t.inter(), tensors, p, d, node_error != nullptr,
+                        [&](std::size_t q) { return q * local + li; });
+  if (node_error) std::rethrow_exception(node_error);
 }
 
 }  // namespace gradsync::fusion

@@ -67,6 +67,13 @@ class two_level {
   const Intra& intra() const { return intra_; }
   const Inter& inter() const { return inter_; }
 
+  /// The allreducer's progress-thread check (detail/thread_level.hpp), for both levels:
+  /// two_level<shm, mpi> needs MPI_THREAD_SERIALIZED like mpi alone.
+  static void require_thread_level() {
+    if constexpr (requires { Intra::require_thread_level(); }) Intra::require_thread_level();
+    if constexpr (requires { Inter::require_thread_level(); }) Inter::require_thread_level();
+  }
+
  private:
   // max over {v, -v}: the largest and (negated) smallest v of a group in one call.
   template <class Tr>
@@ -115,5 +122,11 @@ class two_level {
   Intra intra_;
   Inter inter_;
 };
+
+/// True for a transport::two_level (which algo::hierarchical runs on).
+template <class T>
+inline constexpr bool is_two_level_v = false;
+template <class Intra, class Inter>
+inline constexpr bool is_two_level_v<two_level<Intra, Inter>> = true;
 
 }  // namespace gradsync::transport
