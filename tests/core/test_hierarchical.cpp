@@ -148,8 +148,9 @@ TEST_CASE("hierarchical: a call with a different count fails every rank, naming 
   for (std::size_t r = 0; r < 4; ++r) {
     CAPTURE(r);
     CAPTURE(errors[r]);
-    if (r >= 2) {
-      CHECK(errors[r].find("count 100 vs 99") != std::string::npos);
+    if (r >= 2) {  // named by global rank: node 1 holds ranks 2 and 3
+      CHECK(errors[r].find("rank 3 differs from rank 2 in count 100 vs 99") != std::string::npos);
+      CHECK(errors[r].find("on rank " + std::to_string(r)) != std::string::npos);
     } else {
       CHECK(errors[r].find("the ranks of another node called allreduce with different "
                            "arguments") != std::string::npos);

@@ -89,13 +89,16 @@ struct hierarchical {
   static void check_arguments(transport::two_level<Intra, Inter>& t, std::size_t count,
                               std::uint64_t in_seq, std::uint64_t out_seq, deadline until) {
     static constexpr std::string_view poisoned = "node-mismatch";
+    const std::size_t local = t.intra().size(), node = t.inter().rank(), li = t.intra().rank();
+    auto in_node = [&](std::size_t q) { return node * local + q; };  // global ranks
+    auto across = [&](std::size_t q) { return q * local + li; };
     std::vector<call_header> table;
     std::exception_ptr node_error;
     try {
       if (t.intra().size() > 1)
         agree(t.intra(),
               call_header::make(in_seq, count, dtype_of<T>::value, Op::id, header_name()), until,
-              table);
+              table, in_node);
     } catch (const error& e) {
       if (e.code() != errc::mismatch) throw;
       node_error = std::current_exception();
@@ -105,7 +108,7 @@ struct hierarchical {
         agree(t.inter(),
               call_header::make(out_seq, count, dtype_of<T>::value, Op::id,
                                 node_error ? poisoned : header_name()),
-              until, table);
+              until, table, across);
     } catch (const error& e) {
       if (node_error) std::rethrow_exception(node_error);
       if (e.code() != errc::mismatch) throw;

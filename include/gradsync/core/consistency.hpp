@@ -41,7 +41,9 @@ struct call_header {
     std::memcpy(h.algo.data(), algo_name.data(), std::min(algo_name.size(), h.algo.size() - 1));
     return h;
   }
-  std::string algo_name() const { return std::string(algo.data(), strnlen(algo.data(), algo.size())); }
+  std::string algo_name() const {
+    return std::string(algo.data(), strnlen(algo.data(), algo.size()));
+  }
 };
 static_assert(sizeof(call_header) == 48);
 
@@ -80,10 +82,17 @@ inline std::string first_difference(const call_header& a, const call_header& b) 
 }
 }  // namespace detail
 
+/// Names a rank of the transport in messages as itself.
+struct same_rank {
+  std::size_t operator()(std::size_t q) const { return q; }
+};
+
 /// Exchanges `mine` with every rank and throws errc::mismatch (on every rank) if any
 /// rank's header differs from rank 0's. `table` is reused scratch of n headers.
-template <transport_policy T>
-void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& table) {
+/// `rank_of` maps a rank of `t` to the rank messages name (a two_level's global rank).
+template <transport_policy T, class RankOf = same_rank>
+void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& table,
+           RankOf rank_of = {}) {
   const std::size_t n = t.size(), r = t.rank();
   table.resize(n);
   table[0] = mine;  // table[i] holds rank (r + i) % n
@@ -106,16 +115,17 @@ void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& 
     const std::string what = detail::first_difference(ref, table[i]);
     if (!what.empty()) {
       if (ndiff++ < 8) {
-        diffs += "\n  rank " + std::to_string(rank_i) + " differs from rank 0 in " + what +
-                 " [rank 0: " + detail::describe(ref) + "; rank " + std::to_string(rank_i) +
-                 ": " + detail::describe(table[i]) + "]";
+        const std::string who = "rank " + std::to_string(rank_of(rank_i));
+        const std::string first = "rank " + std::to_string(rank_of(0));
+        diffs += "\n  " + who + " differs from " + first + " in " + what + " [" + first + ": " +
+                 detail::describe(ref) + "; " + who + ": " + detail::describe(table[i]) + "]";
       }
     }
   }
   if (ndiff) {
-    throw error(errc::mismatch, {r, error_site::npos, mine.seq},
+    throw error(errc::mismatch, {rank_of(r), error_site::npos, mine.seq},
                 "ranks called allreduce with different arguments (" + std::to_string(ndiff) +
-                    " rank(s) differ from rank 0):" + diffs);
+                    " rank(s) differ from rank " + std::to_string(rank_of(0)) + "):" + diffs);
   }
 }
 
