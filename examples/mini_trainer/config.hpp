@@ -19,11 +19,12 @@ struct usage_error : std::runtime_error {
 };
 
 struct config {
-  std::string transport = "local";  // local | shm | mpi
+  std::string transport = "local";  // local | shm | mpi | two_level
   std::string algo = "ring";        // ring | tree | halving_doubling | direct | auto
   std::string fusion = "none";      // none | bucket
   double bucket_mb = 1.0;           // bucket size for --fusion bucket (0.25, 1, 25)
   std::size_t ranks = 1;            // in-process ranks (local, shm)
+  std::size_t node_ranks = 0;       // two_level: ranks per node; 0 = one node per host
   std::size_t epochs = 2;
   std::size_t batch = 128;  // global batch, split across ranks
   float lr = 0.02f;
@@ -46,12 +47,17 @@ struct config {
 
 inline const char* usage_text() {
   return "usage: mini_trainer [flags]\n"
-         "  --transport local|shm|mpi   who moves the bytes (default local)\n"
-         "  --algo ring|tree|halving_doubling|direct|auto   allreduce algorithm (ring)\n"
+         "  --transport local|shm|mpi|two_level   who moves the bytes (default local);\n"
+         "                              two_level: shm in the node, mpi across (--algo "
+         "hierarchical)\n"
+         "  --algo ring|tree|halving_doubling|direct|auto|hierarchical   allreduce algorithm "
+         "(ring)\n"
          "  --fusion none|bucket        one allreduce per tensor, or bucketed (none)\n"
          "  --bucket-mb X               bucket size in MiB for --fusion bucket: 0.25, 1, 4, 25 "
          "(1)\n"
          "  --ranks N                   in-process ranks for --transport local/shm (1)\n"
+         "  --node-ranks K              two_level: K consecutive ranks per node (default: "
+         "hosts)\n"
          "  --epochs N (2)  --batch N global batch (128)  --lr X (0.02)  --momentum X (0.9)\n"
          "  --seed N (1)    --hidden A,B hidden layer widths (256,128)\n"
          "  --data DIR                  Fashion-MNIST IDX .gz files\n"
@@ -113,6 +119,8 @@ inline config parse_args(int argc, char** argv) {
       c.bucket_mb = parse_double(a, value());
     else if (a == "--ranks")
       c.ranks = parse_uint(a, value());
+    else if (a == "--node-ranks")
+      c.node_ranks = parse_uint(a, value());
     else if (a == "--epochs")
       c.epochs = parse_uint(a, value());
     else if (a == "--batch")

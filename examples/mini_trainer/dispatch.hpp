@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <gradsync/algorithm/direct.hpp>
+#include <gradsync/algorithm/hierarchical.hpp>
 #include <gradsync/algorithm/native.hpp>
 #include <gradsync/gradsync.hpp>
 
@@ -41,11 +42,21 @@ std::unique_ptr<gradient_sync> make_bucket(Tr& t, std::vector<std::span<float>> 
 }
 
 /// True when algorithm A can run on transport Tr (the conditions check_composition
-/// asserts: peer access for direct, a native allreduce for native).
+/// asserts: peer access for direct, a native allreduce for native; on a two_level,
+/// hierarchical only).
 template <class A, class Tr>
-inline constexpr bool composes = gradsync::algorithm_for<A, Tr> &&
-                                 (!A::needs_peer_access || Tr::peer_access) &&
-                                 (!A::needs_native || Tr::native_allreduce);
+constexpr bool composes_fn() {
+  if constexpr (gradsync::transport::is_two_level_v<Tr>) {
+    return requires {
+      requires A::needs_two_level;
+    };
+  } else {
+    return gradsync::algorithm_for<A, Tr> && (!A::needs_peer_access || Tr::peer_access) &&
+           (!A::needs_native || Tr::native_allreduce);
+  }
+}
+template <class A, class Tr>
+inline constexpr bool composes = composes_fn<A, Tr>();
 
 /// Adds algorithm A under `name` (fusion none, and bucket in a few compile-time sizes)
 /// if A composes with Tr.
@@ -70,6 +81,8 @@ std::vector<dispatch_entry<Tr>> table() {
   add_algorithm<Tr, algo::direct_two_shot>(t, "direct");  // needs peer access (shm)
   add_algorithm<Tr, algo::direct_one_shot>(t, "direct_one_shot");
   add_algorithm<Tr, algo::native>(t, "native");  // the transport's own (MPI_Allreduce)
+  add_algorithm<Tr, algo::hierarchical<>>(t, "hierarchical");  // two_level only
+  add_algorithm<Tr, algo::hierarchical<algo::native>>(t, "hierarchical_native");
   return t;
 }
 

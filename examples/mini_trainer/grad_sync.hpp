@@ -31,8 +31,8 @@ class gradient_sync {
 };
 
 /// fusion none: one blocking allreduce per tensor, after the whole backward pass.
-template <class Transport,  ///< a gradsync::transport_policy
-          class Algorithm>  ///< a gradsync::algorithm_for<., Transport>
+template <class Transport,  ///< a gradsync::transport_policy, or a two_level
+          class Algorithm>  ///< an algorithm for Transport (hierarchical on a two_level)
 class per_tensor_sync final : public gradient_sync {
  public:
   per_tensor_sync(Transport& t, std::vector<std::span<float>> tensors)
@@ -48,8 +48,8 @@ class per_tensor_sync final : public gradient_sync {
 };
 
 /// fusion bucket: the allreducer façade with a static bucket plan and overlap.
-template <class Transport,  ///< a gradsync::transport_policy
-          class Algorithm,  ///< a gradsync::algorithm_for<., Transport>
+template <class Transport,  ///< a gradsync::transport_policy, or a two_level
+          class Algorithm,  ///< an algorithm for Transport (hierarchical on a two_level)
           class Fusion>     ///< gradsync::fusion::bucket<Bytes>
 class bucket_sync final : public gradient_sync {
  public:

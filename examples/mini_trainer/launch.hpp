@@ -20,9 +20,14 @@ std::vector<std::string> launch_shm(const run_context& ctx);
 
 #ifdef MINI_TRAINER_MPI
 #include <gradsync/transport/mpi.hpp>
+#include <gradsync/transport/two_level_mpi.hpp>
 
 namespace mini_trainer {
 /// --transport mpi: this process is rank t.rank() of MPI_COMM_WORLD.
 std::string train_mpi(gradsync::transport::mpi& t, const run_context& ctx);
+/// --transport two_level: shm inside the node, mpi across nodes (algo::hierarchical).
+using two_level_shm_mpi =
+    gradsync::transport::two_level<gradsync::transport::shm, gradsync::transport::mpi>;
+std::string train_two_level(two_level_shm_mpi& t, const run_context& ctx);
 }  // namespace mini_trainer
 #endif

@@ -2,8 +2,10 @@
 //   build/examples/mini_trainer/mini_trainer --ranks 4 --epochs 2            (threads)
 //   build/examples/mini_trainer/mini_trainer --transport shm --ranks 2       (processes)
 //   mpirun -n 2 build/examples/mini_trainer/mini_trainer_openmpi --transport mpi
+//   mpirun -n 4 build/examples/mini_trainer/mini_trainer_openmpi --transport two_level
+//       --algo hierarchical [--node-ranks 2]    (shm inside each node, mpi across)
 // Built with MINI_TRAINER_MPI (the mini_trainer_<flavour> executables) it offers
-// --transport mpi only; without it, local and shm. See docs/tutorial.md.
+// --transport mpi and two_level; without it, local and shm. See docs/tutorial.md.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -75,16 +77,44 @@ int run_mpi(const mt::config& cfg) {
     return std::vector<std::string>{mt::train_mpi(t, ctx)};
   });
 }
+
+/// Two levels: nodes are the hosts (shared-memory domains) or, with --node-ranks K,
+/// groups of K consecutive ranks; shm inside a node, mpi across nodes.
+int run_two_level(const mt::config& cfg) {
+  int world = 0, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  if (cfg.ranks != 1 && cfg.ranks != static_cast<std::size_t>(world)) {
+    throw mt::usage_error("--ranks " + std::to_string(cfg.ranks) + " but mpirun started " +
+                          std::to_string(world) + " processes (omit --ranks with two_level)");
+  }
+  if (cfg.node_ranks && world % static_cast<int>(cfg.node_ranks)) {
+    throw mt::usage_error("--node-ranks " + std::to_string(cfg.node_ranks) +
+                          " does not divide the " + std::to_string(world) + " processes");
+  }
+  const int color = cfg.node_ranks ? me / static_cast<int>(cfg.node_ranks) : -1;
+  mt::two_level_shm_mpi t = gradsync::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, color);
+  mt::config c = cfg;
+  c.ranks = t.size();
+  if (!cfg.quiet && t.rank() == 0) {
+    std::printf("two_level: %zu node(s) of %zu rank(s)\n", t.inter().size(), t.intra().size());
+  }
+  return run(c, t.size(), true, [&](const mt::run_context& ctx) {
+    return std::vector<std::string>{mt::train_two_level(t, ctx)};
+  });
+}
 #endif
 
 int dispatch_transport(const mt::config& cfg) {
 #ifdef MINI_TRAINER_MPI
   if (cfg.transport == "mpi") return run_mpi(cfg);
-  const char* have = "mpi (local and shm are in the plain mini_trainer executable)";
+  if (cfg.transport == "two_level") return run_two_level(cfg);
+  const char* have = "mpi, two_level (local and shm are in the plain mini_trainer executable)";
 #else
   if (cfg.transport == "local") return run(cfg, cfg.ranks, true, mt::launch_local);
   if (cfg.transport == "shm") return run(cfg, cfg.ranks, true, mt::launch_shm);
-  const char* have = "local, shm (mpi is in mini_trainer_openmpi / mini_trainer_mpich)";
+  const char* have =
+      "local, shm (mpi and two_level are in mini_trainer_openmpi / mini_trainer_mpich)";
 #endif
   throw mt::usage_error("--transport " + cfg.transport +
                         " is not available in this executable; it has: " + have);

@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
@@ -104,7 +105,9 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
   // integers below 2^53 and of values added to zeros are exact, so every rank gets the
   // same bits).
   auto allreduce_sum = [&](std::vector<double>& x) {
-    gs::allreduce<gs::algo::ring>(t, std::span<double>(x), gs::op::sum);
+    using ring_here = std::conditional_t<gs::transport::is_two_level_v<Tr>,
+                                         gs::algo::hierarchical<>, gs::algo::ring>;
+    gs::allreduce<ring_here>(t, std::span<double>(x), gs::op::sum);
   };
 
   auto replica_check = [&](const std::string& when) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --transport mpi under mpirun: usage mpi_run.sh MINI_TRAINER MPI_TRAINER MPIRUN [mpirun args]
-# With --exact-grads, 2 and 4 MPI processes (ring, native, bucket) end with the same final
-# line as 1 in-process rank; every process prints the same final line.
+# With --exact-grads, 2 and 4 MPI processes (ring, native, bucket; and two_level with the
+# hierarchical algorithm) end with the same final line as 1 in-process rank; every
+# process prints the same final line.
 source "$(dirname "$0")/common.sh"
 M=${2:?mpi trainer}
 MPIRUN=${3:?mpirun}
@@ -11,19 +12,24 @@ common=(--epochs 2 --limit 2048 --batch 256 --exact-grads --print-grad-hash --qu
 run ref --ranks 1 "${common[@]}"
 expect_ok ref
 want=$(final_of "$TMP/ref.out")
-for variant in "2 ring none" "4 native none" "4 ring bucket"; do
+# N algo fusion transport [extra flags]; two_level: shm inside nodes of 2 ranks, mpi across.
+for variant in "2 ring none mpi" "4 native none mpi" "4 ring bucket mpi" \
+  "4 hierarchical bucket two_level --node-ranks 2" "4 hierarchical_native none two_level --node-ranks 2" \
+  "2 hierarchical bucket two_level"; do
   set -- $variant
-  name="mpi$1_$2_$3"
+  name="$4$1_$2_$3"
+  n=$1 algo=$2 fusion=$3 transport=$4
+  shift 4
   rc=0
-  timeout 150 "$MPIRUN" "${MPIARGS[@]}" -n "$1" "$M" --transport mpi --data "$DATA" --algo "$2" \
-    --fusion "$3" --bucket-mb 0.25 "${common[@]}" >"$TMP/$name.out" 2>"$TMP/$name.err" || rc=$?
+  timeout 150 "$MPIRUN" "${MPIARGS[@]}" -n "$n" "$M" --transport "$transport" "$@" --data "$DATA" \
+    --algo "$algo" --fusion "$fusion" --bucket-mb 0.25 "${common[@]}" >"$TMP/$name.out" 2>"$TMP/$name.err" || rc=$?
   expect_ok "$name"
   # The launcher may splice the ranks' output lines together: match the records, not lines.
   finals=$(grep -oE 'final epoch=[0-9]+ test_acc=[0-9.]+ loss=[0-9.]+ weights_fnv64=[0-9a-f]{16}' "$TMP/$name.out")
-  [ "$(wc -l <<<"$finals")" -eq "$1" ] || { cat "$TMP/$name.out"; fail "$variant: expected $1 final lines"; }
+  [ "$(wc -l <<<"$finals")" -eq "$n" ] || { cat "$TMP/$name.out"; fail "$variant: expected $n final lines"; }
   [ "$(sort -u <<<"$finals")" = "$want" ] || { echo "$finals"; fail "$variant: final lines differ from 1 rank's '$want'"; }
   cmp -s <(grep -oE 'grad step=[0-9]+ fnv64=[0-9a-f]{16}' "$TMP/ref.out") \
     <(grep -oE 'grad step=[0-9]+ fnv64=[0-9a-f]{16}' "$TMP/$name.out") ||
     fail "$variant: gradient hashes differ from 1 rank"
 done
-echo "PASS: mpi 2/4 processes == 1 rank: $want"
+echo "PASS: mpi and two_level, 2/4 processes == 1 rank: $want"

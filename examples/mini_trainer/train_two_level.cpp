@@ -1,0 +1,15 @@
+// --transport two_level: the training loop instantiated for two_level<shm, mpi>.
+#include <string>
+
+#include <gradsync/transport/two_level_mpi.hpp>
+
+#include "dispatch.hpp"
+#include "launch.hpp"
+
+namespace mini_trainer {
+
+std::string train_two_level(two_level_shm_mpi& t, const run_context& ctx) {
+  return dispatch(t, ctx);
+}
+
+}  // namespace mini_trainer
