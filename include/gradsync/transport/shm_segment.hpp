@@ -10,6 +10,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
@@ -58,7 +59,7 @@ struct seg_header {
   std::uint64_t magic;  // written last by the creator (release): the layout is ready
   shm_geometry geo;
   std::uint64_t total_bytes;
-  std::uint32_t attached;  // ranks that have mapped the segment
+  std::uint32_t attached;  // ranks that have mapped the segment (n + 1: name unlinked)
   std::uint32_t creator_pid;
 };
 
@@ -359,7 +360,9 @@ class shm_segment {
   }
 
   // Publishes this rank's identity, unlinks the name when this is the last rank to
-  // attach, and waits until every rank has attached.
+  // attach, and waits until every rank has attached and the name is gone: the last rank
+  // counts itself only after its shm_unlink (n - 1 -> n + 1, skipping n), so no rank
+  // returns while the name still exists.
   void announce(deadline until) {
     rank_ctl& c = ctl(rank_);
     std::uint64_t start = 0;
@@ -370,10 +373,14 @@ class shm_segment {
     shared_word(c.state).store(rs_attached, std::memory_order_release);
     const std::uint32_t n = static_cast<std::uint32_t>(layout_.geo.ranks);
     auto attached = shared_word(header().attached);
-    if (attached.fetch_add(1, std::memory_order_acq_rel) + 1 == n) ::shm_unlink(name_.c_str());
-    while (attached.load(std::memory_order_acquire) < n) {
+    if (attached.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
+      ::shm_unlink(name_.c_str());
+      attached.fetch_add(1, std::memory_order_acq_rel);  // n + 1: attached and unlinked
+    }
+    while (attached.load(std::memory_order_acquire) <= n) {
       if (until.expired()) {
-        fail(errc::timeout, "only " + std::to_string(attached.load()) + " of " + std::to_string(n) +
+        const std::uint32_t seen = std::min(attached.load(), n);
+        fail(errc::timeout, "only " + std::to_string(seen) + " of " + std::to_string(n) +
                                 " ranks attached before the bootstrap deadline");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
