@@ -40,6 +40,10 @@
 #include "gradsync/algorithm/native.hpp"  // runs only over transports with native_allreduce
 #define GRADSYNC_BENCH_HAVE_NATIVE 1
 #endif
+#if __has_include("gradsync/algorithm/hierarchical.hpp")
+#include "gradsync/algorithm/hierarchical.hpp"  // runs only over a transport::two_level
+#define GRADSYNC_BENCH_HAVE_HIERARCHICAL 1
+#endif
 
 namespace gradsync::bench {
 
@@ -64,14 +68,33 @@ bool with_algorithm(std::string_view name, F&& f) {
 #ifdef GRADSYNC_BENCH_HAVE_AUTO
   if (name == "auto") return f.template operator()<algo::auto_select>(), true;
 #endif
+#if defined(GRADSYNC_BENCH_HAVE_HIERARCHICAL) && defined(GRADSYNC_BENCH_HAVE_NATIVE)
+  if (name == "hierarchical") return f.template operator()<algo::hierarchical<>>(), true;
+  if (name == "hierarchical_native")
+    return f.template operator()<algo::hierarchical<algo::native>>(), true;
+#endif
   return false;
 }
+
+/// True when A names algo::hierarchical (which runs on a transport::two_level only).
+template <class A>
+inline constexpr bool is_two_level_algo = requires {
+  requires A::needs_two_level;
+};
 
 /// True when algorithm A can run over transport Tr (the same rules check_composition
 /// enforces at compile time, evaluated here so the bench can skip instead of failing).
 template <class A, class Tr>
-inline constexpr bool composes = (!A::needs_peer_access || Tr::peer_access) &&
-                                 (!A::needs_native || Tr::native_allreduce);
+constexpr bool composes_fn() {
+  if constexpr (requires { typename Tr::intra_type; }) {  // a transport::two_level
+    return is_two_level_algo<A>;
+  } else {
+    return !is_two_level_algo<A> && (!A::needs_peer_access || Tr::peer_access) &&
+           (!A::needs_native || Tr::native_allreduce);
+  }
+}
+template <class A, class Tr>
+inline constexpr bool composes = composes_fn<A, Tr>();
 
 /// No subject to time alongside gradsync's (run_gradsync_rows' default partner).
 struct no_partner {};

@@ -162,6 +162,8 @@ int run_processes(const gb::options& o) {
       tot += gb::run_shm_rows(MPI_COMM_WORLD, g, o, csv, mpi_name, tr == "shm_reg");
     } else if (tr == "mpi") {
       tot += gb::run_mpi_rows(MPI_COMM_WORLD, g, o, csv, mpi_name);
+    } else if (tr == "two_level") {
+      tot += gb::run_two_level_rows(MPI_COMM_WORLD, g, o, csv, mpi_name);
     } else if (tr == "local") {
       note("transport=local runs threads as ranks: run without mpirun (--ranks N); skipped");
     }

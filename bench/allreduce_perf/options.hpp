@@ -16,11 +16,16 @@
 namespace gradsync::bench {
 
 /// Every algorithm name --algo understands, in table order ("all" selects these).
+/// hierarchical / hierarchical_native run on the two_level transport only (ring or
+/// MPI_Allreduce across nodes).
 inline const std::vector<std::string> all_algos = {
-    "ring", "tree", "halving_doubling", "direct_one_shot", "direct_two_shot", "native", "auto"};
+    "ring",   "tree", "halving_doubling", "direct_one_shot",    "direct_two_shot",
+    "native", "auto", "hierarchical",     "hierarchical_native"};
 /// Every transport name --transport understands.
 /// shm_reg: transport::shm with every buffer allocated in its heap (registered).
-inline const std::vector<std::string> all_transports = {"local", "shm", "shm_reg", "mpi"};
+/// two_level: shm inside each node and mpi across nodes (two_level_from_mpi).
+inline const std::vector<std::string> all_transports = {"local", "shm", "shm_reg", "mpi",
+                                                        "two_level"};
 /// Every peer --peers understands.
 inline const std::vector<std::string> all_peers = {"mpi", "gloo", "stream"};
 
@@ -41,6 +46,7 @@ struct options {
   std::vector<std::string> algos = {"all"};  ///< --algo
   std::vector<std::string> peers;            ///< --peers (default none)
   std::size_t ranks = 2;                     ///< --ranks (in-process ranks of the local transport)
+  std::size_t node_ranks = 0;                ///< --node-ranks (two_level; 0: one node per host)
   std::string csv;                           ///< --csv
   std::size_t stream_bytes = 64u << 20;      ///< --stream-bytes: each of a, b, c per rank
   std::string gloo_algos = "ring_chunked,halving_doubling";  ///< --gloo-algos
@@ -160,11 +166,16 @@ inline const char* usage_text() {
          "  -c 0|1         count wrong elements from exact inputs, default 1\n"
          "  -d TYPE        float, double, half, bfloat16, int32, int64 (default float)\n"
          "  -o OP          sum, prod, min, max, avg (default sum)\n"
-         "  --transport L  comma list of local, shm, shm_reg, mpi (default: local alone;\n"
-         "                 under mpirun with more than one rank: shm,mpi); shm_reg is shm\n"
-         "                 with registered buffers (shm::allocate); 'none' for peers only\n"
+         "  --transport L  comma list of local, shm, shm_reg, mpi, two_level (default:\n"
+         "                 local alone; under mpirun with more than one rank: shm,mpi);\n"
+         "                 shm_reg is shm with registered buffers (shm::allocate);\n"
+         "                 two_level is shm inside each node and mpi across nodes;\n"
+         "                 'none' for peers only\n"
          "  --algo L       comma list of ring, tree, halving_doubling, direct_one_shot,\n"
-         "                 direct_two_shot, native, auto, or all (default all that apply)\n"
+         "                 direct_two_shot, native, auto, hierarchical (two_level; ring\n"
+         "                 across nodes), hierarchical_native (MPI_Allreduce across), or\n"
+         "                 all (default all that apply)\n"
+         "  --node-ranks K two_level: nodes of K consecutive ranks (default: one per host)\n"
          "  --ranks N      in-process ranks of the local transport (and of the peers\n"
          "                 when not under mpirun), default 2\n"
          "  --peers L      comma list of mpi, gloo, stream, or all (default none)\n"
@@ -226,6 +237,8 @@ inline options parse_options(int argc, char** argv) {
       o.algos = split_list(need(i));
     else if (a == "--ranks")
       o.ranks = parse_count(need(i));
+    else if (a == "--node-ranks")
+      o.node_ranks = parse_count(need(i));
     else if (a == "--peers")
       o.peers = split_list(need(i));
     else if (a == "--gloo-algos")

@@ -1,5 +1,6 @@
 // The gradsync rows, one translation unit per transport (rows_local.cpp, rows_shm.cpp,
-// rows_mpi.cpp) so that they compile in parallel; main.cpp only sees these declarations.
+// rows_mpi.cpp, rows_two_level.cpp) so that they compile in parallel; main.cpp only sees these
+// declarations.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +48,10 @@ gradsync_totals run_shm_rows(MPI_Comm comm, group& g, const options& o, csv_writ
 /// Every requested algorithm over transport::mpi on `comm` (the ranks of g).
 gradsync_totals run_mpi_rows(MPI_Comm comm, group& g, const options& o, csv_writer& csv,
                              const std::string& mpi_name);
+/// algo::hierarchical over two_level_from_mpi(comm): shm inside each node (a host, or
+/// o.node_ranks consecutive ranks), mpi across nodes.
+gradsync_totals run_two_level_rows(MPI_Comm comm, group& g, const options& o, csv_writer& csv,
+                                   const std::string& mpi_name);
 #endif
 
 }  // namespace gradsync::bench
