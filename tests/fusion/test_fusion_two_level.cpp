@@ -1,11 +1,15 @@
 // The allreducer over a transport::two_level<local, local> with algo::hierarchical:
 // threads as ranks, placed in nodes. Bucket, zero-copy, grouped and compressed calls are
 // exact and identical on every rank; ready() in random orders; the plan check names the
-// first differing tensor with global ranks and fails every node at once.
+// first differing tensor with global ranks and fails every node at once; the timeline
+// shows each bucket's three phases.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <span>
 #include <string>
@@ -17,6 +21,7 @@
 #include <gradsync/gradsync.hpp>
 
 #include "fusion_helpers.hpp"
+#include "json_check.hpp"
 #include "two_level_ranks.hpp"
 #include "watchdog.hpp"
 
@@ -188,5 +193,37 @@ TEST_CASE("allreducer over two levels: nodes that disagree with each other are n
           std::string::npos);
     CHECK(errors[r].find("rank " + std::to_string(r % 2) + " has no such tensor") !=
           std::string::npos);
+  }
+}
+
+TEST_CASE("allreducer over two levels: the timeline shows each bucket's three phases") {
+  gs::testbed::watchdog wd(60, "two-level timeline");
+  const char* dir = std::getenv("TMPDIR");
+  const std::string base = std::string(dir && *dir ? dir : "/tmp") + "/gradsync_two_level_" +
+                           std::to_string(::getpid()) + ".json";
+  const auto errors = gs::testbed::run_two_level_shape(2, 2, [&](local a, local b) {
+    two_level t(std::move(a), std::move(b));
+    gs::allreducer_options o = short_options();
+    o.timeline = base;
+    gs::allreducer<two_level, gs::algo::hierarchical<>, gs::fusion::bucket<8 << 10>> ar(t, o);
+    std::vector<std::vector<float>> own;
+    auto ts = register_model<float>(ar, {3000, 3000, 10}, own, gs::op::sum);
+    for (std::size_t i = 0; i < ts.size(); ++i) ar.ready(i);
+    ar.wait();
+  });
+  for (std::size_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(errors[r] == "");
+    const std::string f = gs::observe::timeline::path_for(base, r);
+    const std::string text = gs::testbed::read_file(f);
+    REQUIRE(!text.empty());
+    CHECK(gs::testbed::json_checker(text).valid());
+    const auto names = gs::testbed::event_names(text);
+    for (const char* want :
+         {"allreduce", "intra_reduce_scatter", "inter_allreduce", "intra_allgather"}) {
+      CAPTURE(want);
+      CHECK(names.count(want) == 1);
+    }
+    std::remove(f.c_str());
   }
 }

@@ -16,6 +16,7 @@
 // (errc::mismatch on every rank, at once).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -45,9 +46,25 @@ struct hierarchical {
   static constexpr bool needs_two_level = true;  // runs on transport::two_level only
   using inter_algorithm = InterAlgo;
 
+  /// Observes nothing (run()'s default): see run_observed.
+  struct no_phases {
+    void operator()(std::string_view, std::chrono::steady_clock::time_point,
+                    std::chrono::steady_clock::time_point) const {}
+  };
+
   template <class Intra, class Inter, class T, class Op>
   static void run(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
                   const call_options& opt) {
+    run_observed(t, data, op, opt, no_phases{});
+  }
+
+  /// run() that reports each phase to `phase(name, begin, end)`: "intra_reduce_scatter",
+  /// "inter_allreduce" (the cross-node allreduce and avg's division), "intra_allgather"
+  /// (the allreducer puts them on the timeline).
+  template <class Intra, class Inter, class T, class Op, class Phase>
+  static void run_observed(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
+                           const call_options& opt, Phase&& phase) {
+    using clock = std::chrono::steady_clock;
     Intra& in = t.intra();
     Inter& out = t.inter();
     const deadline until = opt.make_deadline();
@@ -59,18 +76,27 @@ struct hierarchical {
     using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
     const std::size_t local = in.size();
     if (local == 1 || data.empty()) {
+      const auto i0 = clock::now();
       InterAlgo::run(out, data, level_op{}, out_c);
       in.executor().finalize(data.data(), data.size(), t.size(), op);
+      phase("inter_allreduce", i0, clock::now());
       return;
     }
     detail::ring_pass<Intra, T> pass(in, data, in_c);
+    const auto r0 = clock::now();
     pass.reduce_scatter(level_op{}, 0, false);
+    const auto r1 = clock::now();
     const detail::range mine = pass.owned();
     const std::span<T> shard = data.subspan(mine.offset, mine.count);
     InterAlgo::run(out, shard, level_op{}, out_c);
     in.executor().finalize(shard.data(), shard.size(), t.size(), op);
+    const auto i1 = clock::now();
     pass.allgather();
     pass.finish();
+    const auto g1 = clock::now();
+    phase("intra_reduce_scatter", r0, r1);
+    phase("inter_allreduce", r1, i1);
+    phase("intra_allgather", i1, g1);
   }
 
  private:

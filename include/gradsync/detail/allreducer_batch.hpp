@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gradsync/algorithm/concept.hpp"
+#include "gradsync/algorithm/hierarchical.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/compression/concept.hpp"
 #include "gradsync/core/async.hpp"
@@ -408,7 +409,17 @@ class batch_runner {
         return;
       }
     }
-    gradsync::allreduce<Algorithm>(t_, s, Op{}, opt_);
+    if constexpr (transport::is_two_level_v<Transport>) {  // its phases on the timeline
+      check_two_level_composition<Algorithm, typename Transport::intra_type,
+                                  typename Transport::inter_type, T, Op>();
+      Algorithm::run_observed(
+          t_, s, Op{}, opt_,
+          [&](std::string_view name, steady::time_point b, steady::time_point e) {
+            event(name, tr, b, e, [&] { return "\"elements\":" + std::to_string(count); });
+          });
+    } else {
+      gradsync::allreduce<Algorithm>(t_, s, Op{}, opt_);
+    }
     acc.bytes_wire += estimated_wire_bytes(s.size_bytes());
     acc.wire_measured = false;
   }
