@@ -101,9 +101,9 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
   const std::unique_ptr<gradient_sync> sync = make_sync(t, ctx.shape.tensors(g));
   std::vector<std::uint8_t> y(std::max(max_shard, eval_chunk));
 
-  // Small collectives on doubles, always with algo::ring: statistics and hashes (sums of
-  // integers below 2^53 and of values added to zeros are exact, so every rank gets the
-  // same bits).
+  // Small collectives on doubles, always with algo::ring (hierarchical<ring> over two
+  // levels): statistics and hashes (sums of integers below 2^53 and of values added to
+  // zeros are exact, so every rank gets the same bits).
   auto allreduce_sum = [&](std::vector<double>& x) {
     using ring_here = std::conditional_t<gs::transport::is_two_level_v<Tr>,
                                          gs::algo::hierarchical<>, gs::algo::ring>;
