@@ -165,7 +165,7 @@ void check_plan_on(Tr& t, std::span<const tensor_desc> tensors, const plan& p, d
 /// the lists differ and one when they agree (the same on every rank either way).
 template <transport_policy Tr>
 void check_plan(Tr& t, std::span<const tensor_desc> tensors, const plan& p, deadline d) {
-  detail::check_plan_on(t, tensors, p, d, false, [](std::size_t q) { return q; });
+  detail::check_plan_on(t, tensors, p, d, false, same_rank{});
 }
 
 /// The same over a transport::two_level: inside the node, then across nodes. A node whose
