@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "gradsync/algorithm/ring.hpp"
+#include "gradsync/algorithm/runs_on.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
@@ -76,26 +77,6 @@ bool with_algorithm(std::string_view name, F&& f) {
   return false;
 }
 
-/// True when A names algo::hierarchical (which runs on a transport::two_level only).
-template <class A>
-inline constexpr bool is_two_level_algo = requires {
-  requires A::needs_two_level;
-};
-
-/// True when algorithm A can run over transport Tr (the same rules check_composition
-/// enforces at compile time, evaluated here so the bench can skip instead of failing).
-template <class A, class Tr>
-constexpr bool composes_fn() {
-  if constexpr (requires { typename Tr::intra_type; }) {  // a transport::two_level
-    return is_two_level_algo<A>;
-  } else {
-    return !is_two_level_algo<A> && (!A::needs_peer_access || Tr::peer_access) &&
-           (!A::needs_native || Tr::native_allreduce);
-  }
-}
-template <class A, class Tr>
-inline constexpr bool composes = composes_fn<A, Tr>();
-
 /// No subject to time alongside gradsync's (run_gradsync_rows' default partner).
 struct no_partner {};
 
@@ -114,7 +95,7 @@ gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer&
   for (const std::string& name : o.algos) {
     bool composed = false;
     const bool built = with_algorithm(name, [&]<class A>() {
-      if constexpr (composes<A, Tr>) {
+      if constexpr (runs_on_v<A, Tr>) {  // skip what does not compose
         composed = true;
         visit_type_op(o, [&]<class T, class Op>() {
           subject<T> s;

@@ -15,6 +15,7 @@
 #include <gradsync/algorithm/direct.hpp>
 #include <gradsync/algorithm/hierarchical.hpp>
 #include <gradsync/algorithm/native.hpp>
+#include <gradsync/algorithm/runs_on.hpp>
 #include <gradsync/gradsync.hpp>
 
 #include "config.hpp"
@@ -41,28 +42,11 @@ std::unique_ptr<gradient_sync> make_bucket(Tr& t, std::vector<std::span<float>> 
   return std::make_unique<bucket_sync<Tr, A, gradsync::fusion::bucket<Bytes>>>(t, std::move(g));
 }
 
-/// True when algorithm A can run on transport Tr (the conditions check_composition
-/// asserts: peer access for direct, a native allreduce for native; on a two_level,
-/// hierarchical only).
-template <class A, class Tr>
-constexpr bool composes_fn() {
-  if constexpr (gradsync::transport::is_two_level_v<Tr>) {
-    return requires {
-      requires A::needs_two_level;
-    };
-  } else {
-    return gradsync::algorithm_for<A, Tr> && (!A::needs_peer_access || Tr::peer_access) &&
-           (!A::needs_native || Tr::native_allreduce);
-  }
-}
-template <class A, class Tr>
-inline constexpr bool composes = composes_fn<A, Tr>();
-
 /// Adds algorithm A under `name` (fusion none, and bucket in a few compile-time sizes)
-/// if A composes with Tr.
+/// if A runs on Tr (gradsync::runs_on_v).
 template <class Tr, class A>
 void add_algorithm(std::vector<dispatch_entry<Tr>>& t, std::string_view name) {
-  if constexpr (composes<A, Tr>) {
+  if constexpr (gradsync::runs_on_v<A, Tr>) {
     t.push_back({name, "none", 0, &make_per_tensor<Tr, A>});
     t.push_back({name, "bucket", 0.25, &make_bucket<Tr, A, (256u << 10)>});
     t.push_back({name, "bucket", 1, &make_bucket<Tr, A, (1u << 20)>});

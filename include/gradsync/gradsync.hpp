@@ -17,5 +17,6 @@
 #include "gradsync/algorithm/halving_doubling.hpp"
 #include "gradsync/algorithm/auto_select.hpp"
 #include "gradsync/algorithm/hierarchical.hpp"
+#include "gradsync/algorithm/runs_on.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/allreducer.hpp"

@@ -1,6 +1,8 @@
 // Every host-side CUDA header compiles with the plain host compiler (no nvcc), and the
 // nccl native path instantiates from host code: this file only has to build.
 #include <gradsync/algorithm/native.hpp>
+#include <gradsync/algorithm/ring.hpp>
+#include <gradsync/algorithm/runs_on.hpp>
 #include <gradsync/core/cuda_check.hpp>
 #include <gradsync/core/device_memory.hpp>
 #include <gradsync/kernels/device_body.hpp>
@@ -13,6 +15,15 @@
 #include <gradsync/transport/nccl_ring.hpp>
 
 namespace gs = gradsync;
+
+// runs_on_v on device transports: native and run_device algorithms only.
+static_assert(gs::runs_on_v<gs::algo::native, gs::transport::nccl>);
+static_assert(gs::runs_on_v<gs::algo::nccl_ring, gs::transport::nccl>);
+static_assert(!gs::runs_on_v<gs::algo::ring, gs::transport::nccl>);  // host-memory algorithm
+static_assert(!gs::runs_on_v<gs::algo::hierarchical<>, gs::transport::nccl>);
+static_assert(gs::runs_on_v<gs::algo::native, gs::transport::cuda_ipc>);
+static_assert(!gs::runs_on_v<gs::algo::nccl_ring, gs::transport::cuda_ipc>);
+static_assert(!gs::runs_on_v<gs::algo::ring, gs::transport::cuda_ipc>);
 
 void gradsync_host_native_allreduce(gs::transport::nccl& t, gs::bfloat16* gpu, std::size_t n) {
   gs::allreduce<gs::algo::native>(t, gs::device_span<gs::bfloat16>(gpu, n), gs::op::avg);

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include <gradsync/algorithm/hierarchical.hpp>
+#include <gradsync/algorithm/direct.hpp>
 #include <gradsync/algorithm/native.hpp>
+#include <gradsync/algorithm/runs_on.hpp>
 #include <gradsync/algorithm/tree.hpp>
 #include <gradsync/allreducer.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
@@ -29,6 +31,14 @@ using gs::testbed::world_size;
 namespace {
 
 using two_level = gs::transport::two_level<gs::transport::shm, gs::transport::mpi>;
+
+// runs_on_v over MPI: native composes on mpi and across nodes, direct needs peer access
+// (compile_fail/direct_on_mpi), flat algorithms do not run on the two_level itself.
+static_assert(gs::runs_on_v<gs::algo::native, gs::transport::mpi>);
+static_assert(!gs::runs_on_v<gs::algo::direct_two_shot, gs::transport::mpi>);
+static_assert(gs::runs_on_v<gs::algo::hierarchical<gs::algo::native>, two_level>);
+static_assert(!gs::runs_on_v<gs::algo::hierarchical<gs::algo::direct_two_shot>, two_level>);
+static_assert(!gs::runs_on_v<gs::algo::native, two_level>);
 
 template <class A, class T, class Op>
 void exact_cases(two_level& t, std::vector<std::uint64_t>& hashes) {
