@@ -31,8 +31,13 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   const call_context ctx{opt.make_deadline(), seq, data_tag(seq)};
   // Algorithms that compare call headers in their own first exchange (algo::direct_*)
   // declare `checks_headers = true` (or `checks_headers_on<Tr>`) and skip this round trip.
-  constexpr bool self_checked = requires { requires A::checks_headers; } ||
-                                requires { requires A::template checks_headers_on<Tr>; };
+  constexpr bool checks_always = requires {
+    requires A::checks_headers;
+  };
+  constexpr bool checks_on_tr = requires {
+    requires A::template checks_headers_on<Tr>;
+  };
+  constexpr bool self_checked = checks_always || checks_on_tr;
   if (!self_checked && opt.check && t.size() > 1) {
     std::vector<call_header> table;
     agree(t, call_header::make(seq, data.size(), dtype_of<T>::value, Op::id, A::name), ctx.until,
@@ -44,7 +49,7 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
 /// Out-of-place allreduce: `out` receives the reduction of every rank's `in`; `in` is
 /// left untouched. The spans must have the same length and must not partly overlap.
 template <class A, class Tr, class TIn, class T, class Op>
-  requires std::is_same_v<std::remove_const_t<TIn>, T>
+requires std::is_same_v<std::remove_const_t<TIn>, T>
 void allreduce(Tr& t, std::span<TIn> in, std::span<T> out, Op op, const call_options& opt = {}) {
   check_composition<A, Tr, T, Op>();
   if (in.size() != out.size()) {

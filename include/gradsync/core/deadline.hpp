@@ -19,9 +19,9 @@ inline seconds_d read_timeout_env() {
     char* end = nullptr;
     const double v = std::strtod(s, &end);
     if (end != s && *end == '\0' && v > 0) return seconds_d{v};
-    throw error(errc::invalid_argument, {},
-                std::string("GRADSYNC_TIMEOUT must be a positive number of seconds, got '") + s +
-                    "'");
+    throw error(
+        errc::invalid_argument, {},
+        std::string("GRADSYNC_TIMEOUT must be a positive number of seconds, got '") + s + "'");
   }
   return seconds_d{300.0};
 }
@@ -46,8 +46,8 @@ struct deadline {
 
 /// Per-call options shared by every allreduce entry point.
 struct call_options {
-  seconds_d timeout{-1.0};   ///< how long any wait may take; < 0 means default_timeout()
-  bool check = true;         ///< agree on (seq, count, type, op, algorithm) before data moves
+  seconds_d timeout{-1.0};  ///< how long any wait may take; < 0 means default_timeout()
+  bool check = true;        ///< agree on (seq, count, type, op, algorithm) before data moves
 
   deadline make_deadline() const {
     return deadline::after(timeout.count() < 0 ? default_timeout() : timeout);

@@ -15,40 +15,48 @@ enum class dtype : std::uint8_t { f32 = 1, f64, f16, bf16, i32, i64 };
 
 inline constexpr std::string_view dtype_name(dtype d) {
   switch (d) {
+    // clang-format off
     case dtype::f32: return "float32";
     case dtype::f64: return "float64";
     case dtype::f16: return "float16";
     case dtype::bf16: return "bfloat16";
     case dtype::i32: return "int32";
     case dtype::i64: return "int64";
+      // clang-format on
   }
   return "unknown";
 }
 
 inline constexpr std::size_t dtype_size(dtype d) {
   switch (d) {
+    // clang-format off
     case dtype::f32: return 4;
     case dtype::f64: return 8;
     case dtype::f16: return 2;
     case dtype::bf16: return 2;
     case dtype::i32: return 4;
     case dtype::i64: return 8;
+      // clang-format on
   }
   return 0;
 }
 
 template <class T>
 struct dtype_of;  // no definition: T is not an element type
+// clang-format off
 template <> struct dtype_of<float> : std::integral_constant<dtype, dtype::f32> {};
 template <> struct dtype_of<double> : std::integral_constant<dtype, dtype::f64> {};
 template <> struct dtype_of<half> : std::integral_constant<dtype, dtype::f16> {};
 template <> struct dtype_of<bfloat16> : std::integral_constant<dtype, dtype::bf16> {};
 template <> struct dtype_of<std::int32_t> : std::integral_constant<dtype, dtype::i32> {};
 template <> struct dtype_of<std::int64_t> : std::integral_constant<dtype, dtype::i64> {};
+// clang-format on
 
 /// True for the six element types gradsync reduces.
 template <class T>
-inline constexpr bool is_element_type_v = requires { dtype_of<std::remove_cv_t<T>>::value; };
+inline constexpr bool is_element_type_v = requires {
+  dtype_of<std::remove_cv_t<T>>::value;
+};
 
 /// An element type: float, double, half, bfloat16, int32_t or int64_t.
 template <class T>
@@ -75,12 +83,14 @@ constexpr void check_element_type() {
 template <class F>
 decltype(auto) visit_dtype(dtype d, F&& f) {
   switch (d) {
+    // clang-format off
     case dtype::f64: return f(double{});
     case dtype::f16: return f(half{});
     case dtype::bf16: return f(bfloat16{});
     case dtype::i32: return f(std::int32_t{});
     case dtype::i64: return f(std::int64_t{});
     case dtype::f32: break;
+      // clang-format on
   }
   return f(float{});
 }

@@ -21,11 +21,13 @@ enum class errc : std::uint8_t {
 
 inline constexpr std::string_view errc_name(errc c) {
   switch (c) {
+    // clang-format off
     case errc::timeout: return "timeout";
     case errc::peer_lost: return "peer_lost";
     case errc::mismatch: return "mismatch";
     case errc::invalid_argument: return "invalid_argument";
     case errc::transport: return "transport";
+      // clang-format on
   }
   return "unknown";
 }

@@ -14,16 +14,19 @@ enum class reduce_op : std::uint8_t { sum = 1, prod, min, max, avg };
 
 inline constexpr std::string_view op_name(reduce_op o) {
   switch (o) {
+    // clang-format off
     case reduce_op::sum: return "sum";
     case reduce_op::prod: return "prod";
     case reduce_op::min: return "min";
     case reduce_op::max: return "max";
     case reduce_op::avg: return "avg";
+      // clang-format on
   }
   return "unknown";
 }
 
 namespace op {
+// clang-format off
 /// Elementwise sum.
 struct sum_t { static constexpr reduce_op id = reduce_op::sum; };
 /// Elementwise product.
@@ -35,6 +38,7 @@ struct max_t { static constexpr reduce_op id = reduce_op::max; };
 /// Sum divided by the number of ranks (floating-point types only); the owner of each
 /// element divides once, so every rank receives the same bits.
 struct avg_t { static constexpr reduce_op id = reduce_op::avg; };
+// clang-format on
 
 inline constexpr sum_t sum{};
 inline constexpr prod_t prod{};
@@ -65,11 +69,13 @@ constexpr void check_op_for() {
 template <class F>
 decltype(auto) visit_op(reduce_op o, F&& f) {
   switch (o) {
+    // clang-format off
     case reduce_op::prod: return f(op::prod);
     case reduce_op::min: return f(op::min);
     case reduce_op::max: return f(op::max);
     case reduce_op::avg: return f(op::avg);
     case reduce_op::sum: break;
+      // clang-format on
   }
   return f(op::sum);
 }

@@ -15,15 +15,15 @@ namespace gradsync {
 
 class workspace {
  public:
-  static constexpr std::size_t slots = 8;      ///< independent buffers per transport
+  static constexpr std::size_t slots = 8;       ///< independent buffers per transport
   static constexpr std::size_t alignment = 64;  ///< cache line; enough for any vector load
 
   /// A buffer of at least `bytes` bytes for slot `slot`, reused across calls.
   void* get(std::size_t slot, std::size_t bytes) {
     if (slot >= slots) {
-      throw error(errc::invalid_argument, {}, "workspace slot " + std::to_string(slot) +
-                                                  " out of range (max " +
-                                                  std::to_string(slots - 1) + ")");
+      throw error(errc::invalid_argument, {},
+                  "workspace slot " + std::to_string(slot) + " out of range (max " +
+                      std::to_string(slots - 1) + ")");
     }
     auto& b = bufs_[slot];
     if (b.bytes < bytes) {

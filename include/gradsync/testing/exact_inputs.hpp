@@ -55,11 +55,13 @@ inline double expected_value(reduce_op o, std::size_t n, std::size_t i) {
   for (std::size_t r = 1; r < n; ++r) {
     const double v = input_value(o, r, n, i);
     switch (o) {
+      // clang-format off
       case reduce_op::sum: acc += v; break;
       case reduce_op::prod: acc *= v; break;
       case reduce_op::min: acc = v < acc ? v : acc; break;
       case reduce_op::max: acc = v > acc ? v : acc; break;
       case reduce_op::avg: break;
+        // clang-format on
     }
   }
   return acc;

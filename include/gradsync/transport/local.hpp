@@ -82,9 +82,10 @@ class local {
       const std::size_t mine = m.bytes, theirs = m.other_bytes;
       r.msg_.reset();
       throw error(errc::mismatch, site(r.peer_),
-                  "message size differs: this rank " + std::string(m.is_send ? "sent " : "expected ") +
-                      std::to_string(mine) + " bytes, the peer " +
-                      (m.is_send ? "expected " : "sent ") + std::to_string(theirs));
+                  "message size differs: this rank " +
+                      std::string(m.is_send ? "sent " : "expected ") + std::to_string(mine) +
+                      " bytes, the peer " + (m.is_send ? "expected " : "sent ") +
+                      std::to_string(theirs));
     }
     if (st == 0) {
       r.msg_.reset();

@@ -19,8 +19,8 @@
 //
 // Rank 0 creates /dev/shm/gradsync-<uid>-<job> with O_EXCL and mode 0600; the others
 // attach; the last rank to attach unlinks the name before any constructor returns, so
-// once it returns on any rank nothing remains in /dev/shm even if a process is killed. The constructor
-// waits (up to shm_options::bootstrap_timeout) until every rank has attached.
+// once it returns on any rank nothing remains in /dev/shm even if a process is killed. The
+// constructor waits (up to shm_options::bootstrap_timeout) until every rank has attached.
 //
 // What is in the segment: per rank, a control block (a futex word, pid, state, flags)
 // and two small slots (call header + inline payload); one byte ring per ordered pair of
