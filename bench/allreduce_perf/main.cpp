@@ -51,9 +51,10 @@ void print_banner(const gb::options& o, std::size_t ranks, const char* mode) {
   std::printf("# allreduce_perf (gradsync %s)  %s  host %s  %s\n", "0.1", when, host, mode);
   std::printf(
       "# ranks %zu  type %s  op %s  sizes %zu..%zu x%g  iters %zu (iter-bytes %zu)  "
-      "warmup %zu  check %d  agree %d\n",
+      "warmup %zu  check %d  agree %d  verify %d\n",
       ranks, gb::type_label(o.type).c_str(), std::string(gs::op_name(o.op)).c_str(), o.min_bytes,
-      o.max_bytes, o.factor, o.iters, o.iter_bytes, o.warmup, o.check ? 1 : 0, o.agree ? 1 : 0);
+      o.max_bytes, o.factor, o.iters, o.iter_bytes, o.warmup, o.check ? 1 : 0, o.agree ? 1 : 0,
+      o.verify ? 1 : 0);
   std::printf(
       "# time: median over iterations of the slowest rank's time; min: fastest "
       "iteration; busbw = algbw * 2(n-1)/n\n");

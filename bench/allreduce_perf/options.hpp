@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gradsync/core/deadline.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
 
@@ -38,9 +39,10 @@ struct options {
   std::size_t iter_bytes = 0;         ///< --iter-bytes: cap iters so iters*size <= this (min 3)
   bool check = true;                  ///< -c
   bool agree = true;                  ///< --agree: gradsync's cross-rank argument check
-  bool interleave = false;            ///< --interleave: alternate with MPI_Allreduce
-  dtype type = dtype::f32;            ///< -d
-  reduce_op op = reduce_op::sum;      ///< -o
+  bool verify = gradsync::default_verify();  ///< --verify: compare result hashes per call
+  bool interleave = false;                   ///< --interleave: alternate with MPI_Allreduce
+  dtype type = dtype::f32;                   ///< -d
+  reduce_op op = reduce_op::sum;             ///< -o
   std::vector<std::string>
       transports;  ///< --transport (default: local alone, shm+mpi under mpirun)
   std::vector<std::string> algos = {"all"};  ///< --algo
@@ -182,6 +184,8 @@ inline const char* usage_text() {
          "  --gloo-algos L ring_chunked,halving_doubling (default both)\n"
          "  --stream-bytes SIZE  array size per rank of the STREAM probe, default 64M\n"
          "  --agree 0|1    gradsync's cross-rank argument check per call, default 1\n"
+         "  --verify 0|1   gradsync's result verification per call (hash + exchange),\n"
+         "                 default GRADSYNC_VERIFY or 0\n"
          "  --interleave   under mpirun: time every gradsync table iteration by iteration\n"
          "                 alternately with MPI_Allreduce (its rows follow each table), so\n"
          "                 a change of the machine's speed during the run hits both alike\n"
@@ -225,6 +229,8 @@ inline options parse_options(int argc, char** argv) {
       o.check = parse_count(need(i)) != 0;
     else if (a == "--agree")
       o.agree = parse_count(need(i)) != 0;
+    else if (a == "--verify")
+      o.verify = parse_count(need(i)) != 0;
     else if (a == "--interleave")
       o.interleave = true;
     else if (a == "-d" || a == "--datatype")

@@ -14,13 +14,15 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/core/verify.hpp"
 #include "gradsync/transport/concept.hpp"
 
 namespace gradsync {
 
 /// In-place allreduce of `data` across the ranks of `t` with algorithm A. Every rank
 /// ends with bitwise-identical contents. Throws gradsync::error (timeout, peer_lost,
-/// mismatch, invalid_argument, transport) instead of hanging.
+/// mismatch, invalid_argument, transport) instead of hanging; with opt.verify the ranks
+/// then compare hashes of their results (diverged if any differs).
 template <class A, class Tr, class T, class Op>
 void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   check_composition<A, Tr, std::remove_const_t<T>, Op>();
@@ -44,6 +46,7 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
           table);
   }
   A::run(t, data, op, ctx);
+  if (opt.verify) verify_result(t, seq, data.data(), data.size_bytes(), ctx.until);
 }
 
 /// Out-of-place allreduce: `out` receives the reduction of every rank's `in`; `in` is

@@ -19,6 +19,7 @@
 #include <gradsync/transport/mpi.hpp>
 
 #include "mpi_harness.hpp"
+#include "ring_then_flip.hpp"
 
 namespace gs = gradsync;
 using gs::testbed::contains;
@@ -138,7 +139,39 @@ void late_rank() {
   gs::testbed::keep_until_exit(std::move(t));  // the late rank's messages may be in flight
 }
 
+using ring_then_flip = gs::testbed::ring_then_flip<gs::testbed::last_rank>;
+
+gs::call_options verified(double s) {
+  gs::call_options o = within(s);
+  o.verify = true;
+  return o;
+}
+
 }  // namespace
+
+GS_MPI_TEST("errors: verify passes sound calls and names the rank of a corrupted result", 60) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{100003}}) {
+    std::vector<float> v(count);
+    gs::testing::fill_inputs(std::span<float>(v), gs::reduce_op::sum, t.rank(), t.size());
+    gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, verified(30));
+    gs::allreduce<gs::algo::native>(t, std::span<float>(v), gs::op::max, verified(30));
+    GS_CHECK(gs::testing::count_wrong(std::span<const float>(v), gs::reduce_op::sum, t.size()) ==
+             0);
+  }
+  if (t.size() < 2) GS_SKIP("the corrupted case needs 2 ranks");
+  std::vector<std::int64_t> w(5000, 7);
+  const auto t0 = clk::now();
+  const std::string m = GS_CHECK_ERROR(
+      gs::allreduce<ring_then_flip>(t, std::span<std::int64_t>(w), gs::op::sum, verified(10)),
+      gs::errc::diverged);
+  GS_CHECK_MSG(since(t0) < 5.0, "divergence took " + std::to_string(since(t0)) + " s");
+  const std::string who = "rank " + std::to_string(t.size() - 1) + ": hash 0x";
+  GS_CHECK_MSG(contains(m, who), "'" + who + "' not in: " + m);
+  GS_CHECK_MSG(contains(m, "1 rank(s) hold a different result than rank 0"), m);
+  GS_CHECK_MSG(contains(m, "of 40000 bytes"), m);
+  still_works<gs::algo::ring>(t);  // the transport is still in step
+}
 
 GS_MPI_TEST("errors: count mismatch (ring)", 30) {
   count_mismatch<gs::algo::ring>();

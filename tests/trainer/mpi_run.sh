@@ -2,7 +2,8 @@
 # --transport mpi under mpirun: usage mpi_run.sh MINI_TRAINER MPI_TRAINER MPIRUN [mpirun args]
 # With --exact-grads, 2 and 4 MPI processes (ring, native, bucket; and two_level with the
 # hierarchical algorithm) end with the same final line as 1 in-process rank; every
-# process prints the same final line.
+# process prints the same final line. Variants marked +verify run with GRADSYNC_VERIFY=1
+# (every call compares the ranks' result hashes; a false alarm would fail the run).
 source "$(dirname "$0")/common.sh"
 M=${2:?mpi trainer}
 MPIRUN=${3:?mpirun}
@@ -12,16 +13,22 @@ common=(--epochs 2 --limit 2048 --batch 256 --exact-grads --print-grad-hash --qu
 run ref --ranks 1 "${common[@]}"
 expect_ok ref
 want=$(final_of "$TMP/ref.out")
-# N algo fusion transport [extra flags]; two_level: shm inside nodes of 2 ranks, mpi across.
-for variant in "2 ring none mpi" "4 native none mpi" "4 ring bucket mpi" \
-  "4 hierarchical bucket two_level --node-ranks 2" "4 hierarchical_native none two_level --node-ranks 2" \
-  "2 hierarchical bucket two_level"; do
+# N algo fusion transport [+verify] [extra flags]; two_level: shm inside nodes of 2 ranks,
+# mpi across.
+for variant in "2 ring none mpi" "4 native none mpi +verify" "4 ring bucket mpi +verify" \
+  "4 hierarchical bucket two_level +verify --node-ranks 2" \
+  "4 hierarchical_native none two_level --node-ranks 2" "2 hierarchical bucket two_level"; do
   set -- $variant
   name="$4$1_$2_$3"
   n=$1 algo=$2 fusion=$3 transport=$4
   shift 4
+  verify=0
+  if [ "${1:-}" = +verify ]; then
+    verify=1 name="${name}_verify"
+    shift
+  fi
   rc=0
-  timeout 150 "$MPIRUN" "${MPIARGS[@]}" -n "$n" "$M" --transport "$transport" "$@" --data "$DATA" \
+  GRADSYNC_VERIFY=$verify timeout 150 "$MPIRUN" "${MPIARGS[@]}" -n "$n" "$M" --transport "$transport" "$@" --data "$DATA" \
     --algo "$algo" --fusion "$fusion" --bucket-mb 0.25 "${common[@]}" >"$TMP/$name.out" 2>"$TMP/$name.err" || rc=$?
   expect_ok "$name"
   # The launcher may splice the ranks' output lines together: match the records, not lines.

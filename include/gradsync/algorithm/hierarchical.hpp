@@ -33,6 +33,7 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/core/verify.hpp"
 #include "gradsync/transport/two_level.hpp"
 
 namespace gradsync::algo {
@@ -80,6 +81,7 @@ struct hierarchical {
       InterAlgo::run(out, data, level_op{}, out_c);
       in.executor().finalize(data.data(), data.size(), t.size(), op);
       phase("inter_allreduce", i0, clock::now());
+      if (opt.verify) verify_levels(t, in_seq, out_seq, data.data(), data.size_bytes(), until);
       return;
     }
     detail::ring_pass<Intra, T> pass(in, data, in_c);
@@ -97,6 +99,7 @@ struct hierarchical {
     phase("intra_reduce_scatter", r0, r1);
     phase("inter_allreduce", r1, i1);
     phase("intra_allgather", i1, g1);
+    if (opt.verify) verify_levels(t, in_seq, out_seq, data.data(), data.size_bytes(), until);
   }
 
  private:
@@ -105,6 +108,52 @@ struct hierarchical {
   static const std::string& header_name() {
     static const std::string n = "hier<" + std::string(InterAlgo::name) + ">";  // built once
     return n;
+  }
+
+  /// call_options::verify over two levels: the ranks of each node compare result hashes,
+  /// then the ranks of each local index across nodes (equal in every node and in every
+  /// column means equal everywhere). A node whose ranks differ still takes part in the
+  /// cross-node round, flagged, so every rank throws errc::diverged at once.
+  template <class Intra, class Inter>
+  static void verify_levels(transport::two_level<Intra, Inter>& t, std::uint64_t in_seq,
+                            std::uint64_t out_seq, const void* data, std::size_t bytes,
+                            deadline until) {
+    const std::size_t local = t.intra().size(), node = t.inter().rank(), li = t.intra().rank();
+    auto in_node = [&](std::size_t q) { return node * local + q; };  // global ranks
+    auto across = [&](std::size_t q) { return q * local + li; };
+    result_record mine;
+    mine.bytes = bytes;
+    mine.hash = gradsync::detail::result_hash(data, bytes);
+    std::string node_diff;
+    if (local > 1) {
+      mine.seq = in_seq;
+      node_diff = gradsync::detail::describe_divergence(
+          gradsync::detail::exchange_results(t.intra(), mine, until), in_node);
+    }
+    std::string across_diff;
+    bool other_node = false;
+    if (t.inter().size() > 1) {
+      mine.seq = out_seq;
+      mine.flags = node_diff.empty() ? 0 : result_record::poisoned;
+      const auto by_rank = gradsync::detail::exchange_results(t.inter(), mine, until);
+      for (const result_record& x : by_rank) other_node |= (x.flags & result_record::poisoned) != 0;
+      across_diff = gradsync::detail::describe_divergence(by_rank, across);
+    }
+    std::string what;
+    if (!node_diff.empty()) {
+      what = "inside node " + std::to_string(node) + ", " + node_diff;
+    } else if (other_node) {
+      what =
+          "the ranks of another node hold different results among themselves (that "
+          "node's ranks name them); this node's ranks agree";
+    } else if (!across_diff.empty()) {
+      what = "across nodes, " + across_diff;
+    }
+    if (!what.empty()) {
+      throw error(
+          errc::diverged, {t.rank(), error_site::npos, in_seq},
+          "allreduce results differ across ranks: " + what + gradsync::detail::divergence_hint());
+    }
   }
 
   /// Agrees on the call inside the node, then across nodes; every rank ends with the same

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "gradsync/core/error.hpp"
 
@@ -33,6 +34,23 @@ inline seconds_d default_timeout() {
   return cached;
 }
 
+namespace detail {
+/// Reads GRADSYNC_VERIFY: "1" turns result verification on by default, "0" or unset off.
+inline bool read_verify_env() {
+  const char* s = std::getenv("GRADSYNC_VERIFY");
+  if (!s || !*s || std::string_view(s) == "0") return false;
+  if (std::string_view(s) == "1") return true;
+  throw error(errc::invalid_argument, {},
+              std::string("GRADSYNC_VERIFY must be 0 or 1, got '") + s + "'");
+}
+}  // namespace detail
+
+/// GRADSYNC_VERIFY, read once per process (call_options' default for `verify`).
+inline bool default_verify() {
+  static const bool cached = detail::read_verify_env();
+  return cached;
+}
+
 /// A point in time after which a wait gives up with errc::timeout.
 struct deadline {
   clock::time_point at;
@@ -48,6 +66,9 @@ struct deadline {
 struct call_options {
   seconds_d timeout{-1.0};  ///< how long any wait may take; < 0 means default_timeout()
   bool check = true;        ///< agree on (seq, count, type, op, algorithm) before data moves
+  /// After the call, ranks compare a hash of their results; errc::diverged on every rank
+  /// if any differs (core/verify.hpp). Host memory only. Default: GRADSYNC_VERIFY, else off.
+  bool verify = default_verify();
 
   deadline make_deadline() const {
     return deadline::after(timeout.count() < 0 ? default_timeout() : timeout);

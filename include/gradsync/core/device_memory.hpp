@@ -96,6 +96,11 @@ void allreduce(Tr& t, device_span<T> data, Op op, const call_options& opt = {}) 
                 "and uses host scratch); on device memory use algo::native (transport::nccl, "
                 "transport::cuda_ipc) or algo::nccl_ring (transport::nccl)");
   if constexpr (device_transport<Tr>) {
+    if (opt.verify) {
+      throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
+                  "call_options::verify (GRADSYNC_VERIFY=1) hashes results in host memory and "
+                  "this transport's buffers are device memory; unset it for device calls");
+    }
     const std::uint64_t seq = t.next_seq();
     const call_context ctx{opt.make_deadline(), seq, data_tag(seq)};
     if constexpr (native) {

@@ -17,6 +17,7 @@ enum class errc : std::uint8_t {
   mismatch,          ///< ranks called with different count, type, op, algorithm or plan
   invalid_argument,  ///< the caller passed something unusable (sizes, aliasing, ranks)
   transport,         ///< the underlying library (MPI, NCCL, CUDA, OS) reported a failure
+  diverged,          ///< ranks ended a verified call with different results (call_options::verify)
 };
 
 inline constexpr std::string_view errc_name(errc c) {
@@ -27,6 +28,7 @@ inline constexpr std::string_view errc_name(errc c) {
     case errc::mismatch: return "mismatch";
     case errc::invalid_argument: return "invalid_argument";
     case errc::transport: return "transport";
+    case errc::diverged: return "diverged";
       // clang-format on
   }
   return "unknown";

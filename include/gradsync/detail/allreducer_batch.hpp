@@ -443,7 +443,9 @@ class batch_runner {
     try {
       std::rethrow_exception(e);
     } catch (const error& x) {
-      breaks = x.code() != errc::mismatch && x.code() != errc::invalid_argument;
+      // Refused arguments and diverged results leave the transport in step.
+      breaks = x.code() != errc::mismatch && x.code() != errc::invalid_argument &&
+               x.code() != errc::diverged;
       what = x.what();
     } catch (const std::exception& x) {
       what = x.what();
