@@ -6,11 +6,14 @@
 //   and writes one, then reads and writes n-1 slices: (3n-1) bytes of traffic per byte
 //   of message in aggregate, so algbw <= B / (3n - 1);
 //   floor (every input read once, every output written once): 2n, algbw <= B / (2n).
+// Then the hash of result verification (call_options::verify, kernels/hash.hpp) over
+// one of the arrays, every rank at once: the price of --verify 1 per byte.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -18,6 +21,7 @@
 
 #include "../common/group.hpp"
 #include "gradsync/config.hpp"
+#include "gradsync/kernels/hash.hpp"
 #include "../common/report.hpp"
 #include "options.hpp"
 
@@ -28,6 +32,7 @@ struct stream_result {
   double aggregate_gbs = 0;   ///< B: bytes moved by all ranks / slowest rank's time
   double two_shot_algbw = 0;  ///< B / (3n - 1)
   double floor_algbw = 0;     ///< B / (2n)
+  double hash_gbs = 0;        ///< kernels::buffer_hash, bytes hashed by all ranks / time
 };
 
 /// Runs the probe on every rank of g at once (collective); rank 0 prints and writes CSV.
@@ -63,6 +68,19 @@ inline stream_result run_stream_probe(group& g, const options& o, csv_writer& cs
   r.aggregate_gbs = bytes / best / 1e9;
   r.two_shot_algbw = r.aggregate_gbs / (3.0 * static_cast<double>(n) - 1.0);
   r.floor_algbw = r.aggregate_gbs / (2.0 * static_cast<double>(n));
+  // The verification hash, all ranks at once over one array (read only).
+  std::vector<double> htimes(reps);
+  std::uint64_t sink = 0;
+  for (std::size_t k = 0; k < reps; ++k) {
+    g.barrier();
+    const auto t0 = clk::now();
+    sink += kernels::buffer_hash(pa, count * sizeof(double));
+    htimes[k] = std::chrono::duration<double>(clk::now() - t0).count();
+  }
+  pa[0] += static_cast<double>(sink & 1);  // keep the hash observable
+  g.max_all(htimes);
+  const double hbest = *std::min_element(htimes.begin(), htimes.end());
+  r.hash_gbs = static_cast<double>(count * sizeof(double) * n) / hbest / 1e9;
   if (g.rank() == 0) {
     const double f = busbw_factor(n);
     std::printf(
@@ -75,6 +93,9 @@ inline stream_result run_stream_probe(group& g, const options& o, csv_writer& cs
                 r.two_shot_algbw * f);
     std::printf("#   floor,    B/(2n):    algbw %.3f GB/s  busbw %.3f GB/s\n", r.floor_algbw,
                 r.floor_algbw * f);
+    std::printf(
+        "# verify hash (--verify 1), %zu MiB per rank: aggregate %.2f GB/s (%.2f per rank)\n",
+        count * sizeof(double) >> 20, r.hash_gbs, r.hash_gbs / static_cast<double>(n));
     std::fflush(stdout);
     row base;
     base.kind = "probe";
@@ -103,6 +124,14 @@ inline stream_result run_stream_probe(group& g, const options& o, csv_writer& cs
     fl.algbw = r.floor_algbw;
     fl.busbw = r.floor_algbw * f;
     csv.append(fl);
+    row h = base;
+    h.impl = "verify_hash";
+    h.op = "hash";
+    h.time_us = hbest * 1e6;
+    h.min_us = hbest * 1e6;
+    h.algbw = r.hash_gbs;  // aggregate, as the probe's
+    h.busbw = r.hash_gbs;
+    csv.append(h);
   }
   return r;
 }

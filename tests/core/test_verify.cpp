@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <span>
@@ -60,28 +61,63 @@ bool has(const std::string& s, std::string_view part) {
 
 }  // namespace
 
-TEST_CASE("result_hash: equal bytes agree, every single-bit flip and every length differ") {
-  std::vector<unsigned char> a(203);
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<unsigned char>(i * 37 + 11);
-  const std::uint64_t h = gs::detail::result_hash(a.data(), a.size());
-  std::vector<unsigned char> b = a;
-  CHECK(gs::detail::result_hash(b.data(), b.size()) == h);
-  std::size_t same = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    for (int bit = 0; bit < 8; ++bit) {
-      b[i] ^= static_cast<unsigned char>(1u << bit);
-      same += gs::detail::result_hash(b.data(), b.size()) == h;
-      b[i] ^= static_cast<unsigned char>(1u << bit);
+TEST_CASE("buffer_hash: every single-bit flip, swapped stripes and every length differ") {
+  for (bool portable : {false, true}) {
+    CAPTURE(portable);
+    auto hash = [&](const void* p, std::size_t n) {
+      return gs::kernels::buffer_hash(p, n, portable);
+    };
+    // 2100 bytes: 65 stripes (two 1 KiB scrambles) and a 20-byte tail.
+    std::vector<unsigned char> a(2100);
+    std::uint64_t state = 99;  // no two stripes alike
+    for (auto& x : a) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      x = static_cast<unsigned char>(state >> 56);
+    }
+    const std::uint64_t h = hash(a.data(), a.size());
+    std::vector<unsigned char> b = a;
+    CHECK(hash(b.data(), b.size()) == h);
+    std::size_t same = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      for (int bit = 0; bit < 8; ++bit) {
+        b[i] ^= static_cast<unsigned char>(1u << bit);
+        same += hash(b.data(), b.size()) == h;
+        b[i] ^= static_cast<unsigned char>(1u << bit);
+      }
+    }
+    CHECK(same == 0);  // stripes, scrambles and tail: every bit counts
+    std::size_t swaps_same = 0;
+    for (std::size_t s = 1; s < 65; ++s) {  // stripe 0 swapped with stripe s
+      std::vector<unsigned char> c = a;
+      std::swap_ranges(c.begin(), c.begin() + 32, c.begin() + 32 * s);
+      REQUIRE(c != a);
+      swaps_same += hash(c.data(), c.size()) == h;
+    }
+    CHECK(swaps_same == 0);  // a misplaced chunk is not a permutation the hash forgives
+    std::vector<unsigned char> zeros(64, 0);
+    std::vector<std::uint64_t> seen;
+    for (std::size_t len = 0; len <= 64; ++len) {
+      const std::uint64_t z = hash(zeros.data(), len);
+      for (std::uint64_t x : seen) CHECK(x != z);  // zero padding does not hide the length
+      seen.push_back(z);
     }
   }
-  CHECK(same == 0);  // bulk lanes, 8-byte tail and the last 3 bytes all count
-  std::vector<unsigned char> zeros(64, 0);
-  std::vector<std::uint64_t> seen;
-  for (std::size_t len = 0; len <= 64; ++len) {
-    const std::uint64_t z = gs::detail::result_hash(zeros.data(), len);
-    for (std::uint64_t s : seen) CHECK(s != z);  // zero padding does not hide the length
-    seen.push_back(z);
+}
+
+TEST_CASE("buffer_hash: the AVX2 loop gives the portable loop's bits") {
+  std::uint64_t state = 0x1234567;
+  std::size_t differ = 0, lengths = 0;
+  for (std::size_t n = 0; n < 70000; n += n < 300 ? 1 : 997) {
+    std::vector<unsigned char> v(n);
+    for (auto& x : v) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      x = static_cast<unsigned char>(state >> 56);
+    }
+    differ += gs::kernels::buffer_hash(v.data(), n) != gs::kernels::buffer_hash(v.data(), n, true);
+    ++lengths;
   }
+  CHECK(lengths > 300);
+  CHECK(differ == 0);  // ranks with and without AVX2 agree
 }
 
 TEST_CASE("verify: verified calls of every algorithm stay exact and raise nothing") {

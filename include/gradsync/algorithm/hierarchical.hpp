@@ -123,7 +123,7 @@ struct hierarchical {
     auto across = [&](std::size_t q) { return q * local + li; };
     result_record mine;
     mine.bytes = bytes;
-    mine.hash = gradsync::detail::result_hash(data, bytes);
+    mine.hash = kernels::buffer_hash(data, bytes);
     std::string node_diff;
     if (local > 1) {
       mine.seq = in_seq;
