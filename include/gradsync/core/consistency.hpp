@@ -80,6 +80,37 @@ inline std::string first_difference(const call_header& a, const call_header& b) 
   if (a.algo != b.algo) return "algorithm " + a.algo_name() + " vs " + b.algo_name();
   return {};
 }
+
+/// Bruck allgather of one trivially copyable record per rank, ceil(log2 n) rounds:
+/// table[0] holds this rank's record on entry; on return table[i] holds rank
+/// (r + i) % n's. Every message of it carries `tag`.
+template <transport_policy T, class Record>
+void bruck_allgather(T& t, std::vector<Record>& table, std::uint32_t tag, deadline d) {
+  const std::size_t n = t.size(), r = t.rank();
+  table.resize(n);
+  std::size_t have = 1;
+  for (std::size_t dist = 1; dist < n; dist *= 2) {
+    const std::size_t cnt = std::min(dist, n - dist);
+    const std::size_t to = (r + n - dist) % n, from = (r + dist) % n;
+    auto rq = t.irecv(from, &table[have], cnt * sizeof(Record), tag);
+    auto sq = t.isend(to, &table[0], cnt * sizeof(Record), tag);
+    t.wait(rq, d);
+    t.wait(sq, d);
+    have += cnt;
+  }
+}
+
+/// Bruck allgather of one trivially copyable value per rank: out[i] is rank i's.
+template <transport_policy T, class Record>
+void allgather_pod(T& t, const Record& mine, std::vector<Record>& out, std::uint32_t tag,
+                   deadline d) {
+  const std::size_t n = t.size(), r = t.rank();
+  std::vector<Record> rot(n);  // rot[i] holds rank (r + i) % n
+  rot[0] = mine;
+  bruck_allgather(t, rot, tag, d);
+  out.resize(n);
+  for (std::size_t i = 0; i < n; ++i) out[(r + i) % n] = rot[i];
+}
 }  // namespace detail
 
 /// Names a rank of the transport in messages as itself.
@@ -96,16 +127,7 @@ void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& 
   const std::size_t n = t.size(), r = t.rank();
   table.resize(n);
   table[0] = mine;  // table[i] holds rank (r + i) % n
-  std::size_t have = 1;
-  for (std::size_t dist = 1; dist < n; dist *= 2) {
-    const std::size_t cnt = std::min(dist, n - dist);
-    const std::size_t to = (r + n - dist) % n, from = (r + dist) % n;
-    auto rq = t.irecv(from, &table[have], cnt * sizeof(call_header), consistency_tag(mine.seq));
-    auto sq = t.isend(to, &table[0], cnt * sizeof(call_header), consistency_tag(mine.seq));
-    t.wait(rq, d);
-    t.wait(sq, d);
-    have += cnt;
-  }
+  detail::bruck_allgather(t, table, consistency_tag(mine.seq), d);
   // Compare everyone against rank 0 (at table index (n - r) % n).
   const call_header& ref = table[(n - r) % n];
   std::string diffs;

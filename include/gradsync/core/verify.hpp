@@ -42,27 +42,13 @@ inline std::string hex64(std::uint64_t v) {
   return buf;
 }
 
-/// Exchanges `mine` with every rank of t; returns the records indexed by rank.
+/// Exchanges `mine` with every rank of t; returns the records indexed by rank. Uses the
+/// consistency tag of the same call: its header exchange (if any) is complete on this
+/// rank, and messages between two ranks with one tag match in order.
 template <transport_policy T>
 std::vector<result_record> exchange_results(T& t, const result_record& mine, deadline d) {
-  const std::size_t n = t.size(), r = t.rank();
-  std::vector<result_record> table(n);
-  table[0] = mine;  // table[i] holds rank (r + i) % n until the rotation below
-  std::size_t have = 1;
-  // The consistency tag of the same call: its header exchange (if any) is complete on
-  // this rank, and messages between two ranks with one tag match in order.
-  const std::uint32_t tag = consistency_tag(mine.seq);
-  for (std::size_t dist = 1; dist < n; dist *= 2) {
-    const std::size_t cnt = std::min(dist, n - dist);
-    const std::size_t to = (r + n - dist) % n, from = (r + dist) % n;
-    auto rq = t.irecv(from, &table[have], cnt * sizeof(result_record), tag);
-    auto sq = t.isend(to, &table[0], cnt * sizeof(result_record), tag);
-    t.wait(rq, d);
-    t.wait(sq, d);
-    have += cnt;
-  }
-  std::vector<result_record> by_rank(n);
-  for (std::size_t i = 0; i < n; ++i) by_rank[(r + i) % n] = table[i];
+  std::vector<result_record> by_rank;
+  allgather_pod(t, mine, by_rank, consistency_tag(mine.seq), d);
   return by_rank;
 }
 

@@ -26,24 +26,7 @@ namespace gradsync::fusion {
 
 namespace detail {
 
-/// Bruck allgather of one trivially copyable value per rank: out[i] is rank i's.
-template <transport_policy Tr, class T>
-void allgather_pod(Tr& t, const T& mine, std::vector<T>& out, std::uint32_t tag, deadline d) {
-  const std::size_t n = t.size(), r = t.rank();
-  std::vector<T> rot(n);  // rot[i] holds rank (r + i) % n
-  rot[0] = mine;
-  std::size_t have = 1;
-  for (std::size_t dist = 1; dist < n; dist *= 2) {
-    const std::size_t cnt = std::min(dist, n - dist);
-    auto rq = t.irecv((r + dist) % n, &rot[have], cnt * sizeof(T), tag);
-    auto sq = t.isend((r + n - dist) % n, &rot[0], cnt * sizeof(T), tag);
-    t.wait(rq, d);
-    t.wait(sq, d);
-    have += cnt;
-  }
-  out.resize(n);
-  for (std::size_t i = 0; i < n; ++i) out[(r + i) % n] = rot[i];
-}
+using gradsync::detail::allgather_pod;
 
 struct plan_summary {
   std::uint64_t magic = 0x67734650;  // "gsFP"
