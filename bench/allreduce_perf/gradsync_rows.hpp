@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 #include <string_view>
+#include <vector>
 
 #include "gradsync/algorithm/ring.hpp"
 #include "gradsync/algorithm/runs_on.hpp"
@@ -85,7 +86,8 @@ struct no_partner {};
 /// `registered`: the buffers come from the transport's heap (t.allocate; shm_reg rows).
 /// `partner` (optional): makes, per element type and op, a subject that every gradsync
 /// table is timed interleaved with (partner->make<T, Op>(o); --interleave); its wrong
-/// elements count in the totals as well.
+/// elements count in the totals as well. With --p2p, a partner that has
+/// make_exchange<T> also sweeps that subject (p2p_exchange) right after the pair.
 template <class Tr, class Partner = no_partner>
 gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer& csv,
                                   const std::string& mpi_name, bool registered = false,
@@ -123,6 +125,14 @@ gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer&
               auto rs = sweep(g, o, std::span<subject<T>* const>(both), csv);
               tot.wrong += rs[1].wrong;
               r = std::move(rs[0]);
+              // Its own table, after the pair: inside the turn, the exchange's footprint
+              // would evict the caches of whichever subject follows it.
+              if constexpr (requires { partner->template make_exchange<T>(o); }) {
+                if (o.p2p) {
+                  subject<T> f = partner->template make_exchange<T>(o);
+                  sweep(g, o, f, csv);
+                }
+              }
             } else {
               r = sweep(g, o, s, csv);
             }

@@ -41,6 +41,7 @@ struct options {
   bool agree = true;                  ///< --agree: gradsync's cross-rank argument check
   bool verify = gradsync::default_verify();  ///< --verify: compare result hashes per call
   bool interleave = false;                   ///< --interleave: alternate with MPI_Allreduce
+  bool p2p = false;  ///< --p2p: after each --interleave pair, time the bare exchange
   dtype type = dtype::f32;                   ///< -d
   reduce_op op = reduce_op::sum;             ///< -o
   std::vector<std::string>
@@ -189,6 +190,9 @@ inline const char* usage_text() {
          "  --interleave   under mpirun: time every gradsync table iteration by iteration\n"
          "                 alternately with MPI_Allreduce (its rows follow each table), so\n"
          "                 a change of the machine's speed during the run hits both alike\n"
+         "  --p2p          with --interleave: after each pair, time MPI_Sendrecv of the\n"
+         "                 whole vector to the next rank (rows p2p_exchange): the bytes\n"
+         "                 any allreduce must bring to each rank, moved alone\n"
          "  --csv FILE     append every row to FILE\n"
          "  --self-test-corrupt  spoil one element of every checked result on the last\n"
          "                 rank; exit 0 only if #wrong counted exactly one per checked row\n"
@@ -233,6 +237,8 @@ inline options parse_options(int argc, char** argv) {
       o.verify = parse_count(need(i)) != 0;
     else if (a == "--interleave")
       o.interleave = true;
+    else if (a == "--p2p")
+      o.p2p = true;
     else if (a == "-d" || a == "--datatype")
       o.type = parse_dtype(need(i));
     else if (a == "-o" || a == "--op")

@@ -5,7 +5,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -52,6 +54,39 @@ class mpi_peer_maker {
     s.run = [=](std::span<T> d) {
       MPI_Allreduce(MPI_IN_PLACE, d.data(), static_cast<int>(d.size()), mt, mop, comm);
       if constexpr (Op::id == reduce_op::avg) kernels::finalize(d.data(), d.size(), n, Op{});
+    };
+    return s;
+  }
+
+  /// The subject "p2p_exchange" (kind probe, not an allreduce): every rank sends its
+  /// whole vector to the next rank and receives as many bytes from the previous one
+  /// (MPI_Sendrecv, in pieces of at most 1 GiB). Each rank's result depends on every
+  /// element of the other ranks' vectors, so any allreduce brings each rank at least S
+  /// bytes from its peers (a ring at n = 2: S/2 twice, plus reducing S/2); this row is
+  /// what moving those bytes alone costs over this MPI's point-to-point path. Not a
+  /// strict bound where caches decide (one S-byte message into an S-byte buffer has a
+  /// larger footprint than a ring's pipelined halves): docs/performance.md.
+  template <class T>
+  subject<T> make_exchange(const options& o) {
+    int size = 1, rank = 0;
+    MPI_Comm_size(comm_, &size);
+    MPI_Comm_rank(comm_, &rank);
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    const MPI_Comm comm = comm_;
+    auto in = std::make_shared<std::vector<T>>();
+    subject<T> s;
+    s.label = make_label("probe", "p2p_exchange", "-", "sendrecv", name_, o);
+    s.checked = false;
+    s.prepare = [in](std::span<T> d) { in->resize(d.size()); };
+    s.run = [=](std::span<T> d) {
+      auto* out = reinterpret_cast<const unsigned char*>(d.data());
+      auto* back = reinterpret_cast<unsigned char*>(in->data());
+      constexpr std::size_t piece = std::size_t{1} << 30;
+      for (std::size_t off = 0; off < d.size_bytes(); off += piece) {
+        const int len = static_cast<int>(std::min(piece, d.size_bytes() - off));
+        MPI_Sendrecv(out + off, len, MPI_BYTE, right, 0, back + off, len, MPI_BYTE, left, 0, comm,
+                     MPI_STATUS_IGNORE);
+      }
     };
     return s;
   }

@@ -45,6 +45,8 @@ struct subject {
   /// Where the sweep's buffer lives (optional; default: a std::vector): returns `count`
   /// elements that stay valid for the whole sweep (e.g. a registered shm buffer).
   std::function<std::span<T>(std::size_t count)> buffer;
+  /// false: run() computes no allreduce (a probe such as p2p_exchange); #wrong stays -1.
+  bool checked = true;
 };
 
 /// Rows of a sweep and how many checked elements were wrong in total.
@@ -113,7 +115,7 @@ std::vector<sweep_result> sweep(group& g, const options& o, std::span<subject<T>
       const subject<T>& s = *ss[k];
       g.max_all(times[k]);  // the slowest rank's time, per iteration
       long long wrong = -1;
-      if (o.check) {
+      if (o.check && s.checked) {
         pattern.fill(data[k]);
         g.barrier();
         s.run(data[k]);

@@ -8,10 +8,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
@@ -42,6 +44,7 @@ struct row {
   double median_s = 0, min_s = 0, vs = 0;  // vs: unfused time / this time
   std::size_t wrong = 0;
   double pack_s = 0;  // median pack+unpack seconds of the step (rank 0)
+  bool checked = true;  // false: a floor row (no allreduce, #wrong not applicable)
 };
 
 using algo_t = algo::auto_select;
@@ -167,8 +170,23 @@ class fusion_bench {
       for (std::size_t i = views.size(); i-- > 0;) ar.ready(i);
       ar.wait();
     };
+    // The floor row, timed in the same turns: the model's bytes moved once with no
+    // allreduce around them. Each rank's result depends on all of the peer's S bytes, so
+    // a fused step must at least bring S bytes in: over MPI an exchange (set_exchange),
+    // in shared memory a copy. Not a strict bound (private source and target buffers
+    // have their own cache footprint) but the fused step cannot be far below it, so
+    // unfused / floor caps the fused-vs-unfused ratio on this machine.
+    std::vector<float> from(bytes_ / sizeof(float), 1.0f), to(from.size());
+    std::pair<std::string, std::function<void()>> floor{
+        "floor: memcpy (interleaved)", [&] { std::memcpy(to.data(), from.data(), bytes_); }};
+    if (exchange_) {
+      floor = {"floor: " + exchange_name_ + " (interleaved)",
+               [&] { exchange_(std::span<const float>(from), std::span<float>(to)); }};
+    }
+    std::vector<std::pair<std::string, std::function<void()>>> floors{floor};
     const int reps = bytes_ < (std::size_t{64} << 20) ? std::max(o_.reps, o_.reps_small) : o_.reps;
     std::vector<double> tu, tf;
+    std::vector<std::vector<double>> tfl(floors.size());
     for (int i = 0; i < o_.warmup + reps; ++i) {
       g_.barrier();
       const auto t0 = steady::now();
@@ -182,9 +200,17 @@ class fusion_bench {
         tu.push_back(secs(t0, t1));
         tf.push_back(secs(t2, t3));
       }
+      for (std::size_t k = 0; k < floors.size(); ++k) {
+        g_.barrier();
+        const auto f0 = steady::now();
+        floors[k].second();
+        const auto f1 = steady::now();
+        if (i >= o_.warmup) tfl[k].push_back(secs(f0, f1));
+      }
     }
     g_.max_all(tu);
     g_.max_all(tf);
+    for (auto& v : tfl) g_.max_all(v);
     auto mk = [&](const std::string& mode, std::vector<double>& ts, std::size_t buckets) {
       std::sort(ts.begin(), ts.end());
       row r = labelled(mode, buckets);
@@ -206,6 +232,21 @@ class fusion_bench {
     rf.vs = ru.median_s / rf.median_s;
     rows.push_back(ru);
     rows.push_back(rf);
+    for (std::size_t k = 0; k < floors.size(); ++k) {
+      row rl = mk(floors[k].first, tfl[k], 0);
+      rl.vs = ru.median_s / rl.median_s;  // the most any fused step could gain here
+      rl.checked = false;
+      rows.push_back(rl);
+    }
+  }
+
+  /// run_pair's floor for a transport whose bytes travel through a library (default: a
+  /// memcpy): `f(from, to)` sends `from` to the next rank and receives `to` from the
+  /// previous one (e.g. MPI_Sendrecv). `name` labels the row ("floor: <name> (interleaved)").
+  void set_exchange(std::string name,
+                    std::function<void(std::span<const float>, std::span<float>)> f) {
+    exchange_name_ = std::move(name);
+    exchange_ = std::move(f);
   }
 
   /// Synthetic backward pass over `m` with bucket<4 MiB> (a small last bucket keeps the
@@ -376,6 +417,8 @@ class fusion_bench {
   std::vector<std::span<float>> spans_;
   std::vector<std::size_t> first_;
   std::size_t bytes_ = 0;
+  std::string exchange_name_;
+  std::function<void(std::span<const float>, std::span<float>)> exchange_;
 };
 
 }  // namespace gradsync::bench
