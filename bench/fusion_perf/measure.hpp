@@ -43,7 +43,7 @@ struct row {
   std::size_t tensors = 0, buckets = 0, bytes = 0;
   double median_s = 0, min_s = 0, vs = 0;  // vs: unfused time / this time
   std::size_t wrong = 0;
-  double pack_s = 0;  // median pack+unpack seconds of the step (rank 0)
+  double pack_s = 0;    // median pack+unpack seconds of the step (rank 0)
   bool checked = true;  // false: a floor row (no allreduce, #wrong not applicable)
 };
 
