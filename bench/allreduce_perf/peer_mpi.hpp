@@ -64,8 +64,8 @@ class mpi_peer_maker {
   /// element of the other ranks' vectors, so any allreduce brings each rank at least S
   /// bytes from its peers (a ring at n = 2: S/2 twice, plus reducing S/2); this row is
   /// what moving those bytes alone costs over this MPI's point-to-point path. Not a
-  /// strict bound where caches decide (one S-byte message into an S-byte buffer has a
-  /// larger footprint than a ring's pipelined halves): docs/performance.md.
+  /// strict bound at sizes the caches hold: there its buffers' footprint and warmth
+  /// differ from an allreduce's (docs/performance.md, "What both rows pay").
   template <class T>
   subject<T> make_exchange(const options& o) {
     int size = 1, rank = 0;
