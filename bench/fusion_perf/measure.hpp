@@ -177,16 +177,17 @@ class fusion_bench {
     // have their own cache footprint) but the fused step cannot be far below it, so
     // unfused / floor caps the fused-vs-unfused ratio on this machine.
     std::vector<float> from(bytes_ / sizeof(float), 1.0f), to(from.size());
-    std::pair<std::string, std::function<void()>> floor{
-        "floor: memcpy (interleaved)", [&] { std::memcpy(to.data(), from.data(), bytes_); }};
-    if (exchange_) {
-      floor = {"floor: " + exchange_name_ + " (interleaved)",
-               [&] { exchange_(std::span<const float>(from), std::span<float>(to)); }};
-    }
-    std::vector<std::pair<std::string, std::function<void()>>> floors{floor};
+    const std::string floor_mode =
+        "floor: " + (exchange_ ? exchange_name_ : std::string("memcpy")) + " (interleaved)";
+    auto floor_step = [&] {
+      if (exchange_) {
+        exchange_(std::span<const float>(from), std::span<float>(to));
+      } else {
+        std::memcpy(to.data(), from.data(), bytes_);
+      }
+    };
     const int reps = bytes_ < (std::size_t{64} << 20) ? std::max(o_.reps, o_.reps_small) : o_.reps;
-    std::vector<double> tu, tf;
-    std::vector<std::vector<double>> tfl(floors.size());
+    std::vector<double> tu, tf, tl;
     for (int i = 0; i < o_.warmup + reps; ++i) {
       g_.barrier();
       const auto t0 = steady::now();
@@ -200,17 +201,15 @@ class fusion_bench {
         tu.push_back(secs(t0, t1));
         tf.push_back(secs(t2, t3));
       }
-      for (std::size_t k = 0; k < floors.size(); ++k) {
-        g_.barrier();
-        const auto f0 = steady::now();
-        floors[k].second();
-        const auto f1 = steady::now();
-        if (i >= o_.warmup) tfl[k].push_back(secs(f0, f1));
-      }
+      g_.barrier();
+      const auto t4 = steady::now();
+      floor_step();
+      const auto t5 = steady::now();
+      if (i >= o_.warmup) tl.push_back(secs(t4, t5));
     }
     g_.max_all(tu);
     g_.max_all(tf);
-    for (auto& v : tfl) g_.max_all(v);
+    g_.max_all(tl);
     auto mk = [&](const std::string& mode, std::vector<double>& ts, std::size_t buckets) {
       std::sort(ts.begin(), ts.end());
       row r = labelled(mode, buckets);
@@ -232,12 +231,10 @@ class fusion_bench {
     rf.vs = ru.median_s / rf.median_s;
     rows.push_back(ru);
     rows.push_back(rf);
-    for (std::size_t k = 0; k < floors.size(); ++k) {
-      row rl = mk(floors[k].first, tfl[k], 0);
-      rl.vs = ru.median_s / rl.median_s;  // the most any fused step could gain here
-      rl.checked = false;
-      rows.push_back(rl);
-    }
+    row rl = mk(floor_mode, tl, 0);
+    rl.vs = ru.median_s / rl.median_s;  // the most any fused step could gain here
+    rl.checked = false;
+    rows.push_back(rl);
   }
 
   /// run_pair's floor for a transport whose bytes travel through a library (default: a
