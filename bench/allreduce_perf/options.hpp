@@ -42,6 +42,7 @@ struct options {
   bool verify = gradsync::default_verify();  ///< --verify: compare result hashes per call
   bool interleave = false;                   ///< --interleave: alternate with MPI_Allreduce
   bool p2p = false;               ///< --p2p: after each --interleave pair, time the bare exchange
+  std::size_t mpi_stage = std::size_t{64} << 20;  ///< --mpi-stage: mpi_options::stage_limit_bytes
   dtype type = dtype::f32;        ///< -d
   reduce_op op = reduce_op::sum;  ///< -o
   std::vector<std::string>
@@ -193,6 +194,8 @@ inline const char* usage_text() {
          "  --p2p          with --interleave: after each pair, time MPI_Sendrecv of the\n"
          "                 whole vector to the next rank (rows p2p_exchange): the bytes\n"
          "                 any allreduce must bring to each rank, moved alone\n"
+         "  --mpi-stage SIZE  transport::mpi's huge-page staging of large sends\n"
+         "                 (mpi_options::stage_limit_bytes), default 64M; 0 turns it off\n"
          "  --csv FILE     append every row to FILE\n"
          "  --self-test-corrupt  spoil one element of every checked result on the last\n"
          "                 rank; exit 0 only if #wrong counted exactly one per checked row\n"
@@ -239,6 +242,8 @@ inline options parse_options(int argc, char** argv) {
       o.interleave = true;
     else if (a == "--p2p")
       o.p2p = true;
+    else if (a == "--mpi-stage")
+      o.mpi_stage = parse_size(need(i));
     else if (a == "-d" || a == "--datatype")
       o.type = parse_dtype(need(i));
     else if (a == "-o" || a == "--op")

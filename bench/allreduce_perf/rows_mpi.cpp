@@ -18,7 +18,7 @@ namespace gradsync::bench {
 gradsync_totals run_mpi_rows(MPI_Comm comm, group& g, const options& o, csv_writer& csv,
                              const std::string& mpi_name) {
 #ifdef GRADSYNC_BENCH_HAVE_MPI_TRANSPORT
-  transport::mpi t(comm);
+  transport::mpi t(comm, {.stage_limit_bytes = o.mpi_stage});
   if (o.interleave) {
     mpi_peer_maker partner(comm, mpi_name);
     return run_gradsync_rows(t, g, o, csv, mpi_name, false, &partner);

@@ -1,6 +1,7 @@
 // transport::mpi on its own: traits, isolation from user traffic, point-to-point,
-// splitting of long messages (lowered threshold and the real > INT_MAX path), size
-// mismatches, timeouts, split(), options, the thread-level check and the op cache.
+// splitting of long messages (lowered threshold and the real > INT_MAX path), the
+// huge-page staging of large sends, size mismatches, timeouts, split(), options, the
+// thread-level check and the op cache.
 #include <mpi.h>
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/mpi.hpp>
+#include <gradsync/transport/mpi_stage.hpp>
 
 #include "mpi_harness.hpp"
 
@@ -138,6 +140,97 @@ GS_MPI_TEST("transport: messages longer than max_message_bytes are split", 60) {
   exact_sum<gs::algo::halving_doubling, std::int64_t>(t, 20011);
   exact_sum<gs::algo::native, float>(t, 50021);
   exact_sum<gs::algo::native, gs::half>(t, 20011);
+}
+
+GS_MPI_TEST("transport: large sends go through the huge-page staging pool intact", 60) {
+  const bool thp = gs::transport::detail::thp_available();
+  {
+    gs::transport::mpi t{MPI_COMM_WORLD};
+    ring_exchange(t, (64 << 10) - 1, 1);  // below stage_min_bytes: from the caller's memory
+    GS_CHECK_MSG(t.stage_slabs() == 0, std::to_string(t.stage_slabs()) + " slabs");
+    for (std::size_t bytes : {64ul << 10, (64ul << 10) + 1, 1ul << 20, 2ul << 20, (2ul << 20) + 1,
+                              (5ul << 20) + 3}) {
+      ring_exchange(t, bytes, 1);
+    }
+    // 64 KiB, 128 KiB, 1 MiB and 2 MiB blocks: one slab per size class (none over 2 MiB).
+    GS_CHECK_MSG(t.stage_slabs() == (thp ? 4u : 0u), std::to_string(t.stage_slabs()) + " slabs");
+    GS_CHECK(t.stage_blocks_in_use() == 0);
+    exact_sum<gs::algo::ring, float>(t, (3 << 20) + 5);  // 1 MiB segments, staged
+    exact_sum<gs::algo::halving_doubling, double>(t, (1 << 20) + 3);
+    GS_CHECK(t.stage_blocks_in_use() == 0 && t.stage_blocks_abandoned() == 0);
+  }
+  {  // off: nothing mapped
+    gs::transport::mpi t{MPI_COMM_WORLD, {.stage_limit_bytes = 0}};
+    ring_exchange(t, 1 << 20, 1);
+    exact_sum<gs::algo::ring, float>(t, (1 << 20) + 5);
+    GS_CHECK(t.stage_slabs() == 0);
+  }
+  {  // a staged send split into several MPI messages
+    gs::transport::mpi t{MPI_COMM_WORLD, {.max_message_bytes = 100000}};
+    ring_exchange(t, 1 << 20, 11);
+    GS_CHECK(t.stage_slabs() == (thp ? 1u : 0u));
+  }
+  if (!thp) return;
+  // One slab (2 x 1 MiB blocks) for four sends in flight: two staged, two from the
+  // caller's memory; all four arrive, and the blocks come back.
+  gs::transport::mpi t{MPI_COMM_WORLD, {.stage_limit_bytes = 2 << 20}};
+  const std::size_t n = t.size(), r = t.rank(), bytes = 1 << 20;
+  const std::size_t right = (r + 1) % n, left = (r + n - 1) % n;
+  std::vector<std::vector<std::uint8_t>> out(4, std::vector<std::uint8_t>(bytes)), in = out;
+  std::vector<gs::transport::mpi::request> rq, sq;
+  for (std::size_t k = 0; k < 4; ++k) {
+    for (std::size_t i = 0; i < bytes; ++i) out[k][i] = pattern(r + 7 * k, i);
+    rq.push_back(t.irecv(left, in[k].data(), bytes, 3));
+  }
+  for (std::size_t k = 0; k < 4; ++k) sq.push_back(t.isend(right, out[k].data(), bytes, 3));
+  GS_CHECK_MSG(t.stage_slabs() == 1 && t.stage_blocks_in_use() == 2,
+               std::to_string(t.stage_slabs()) + " slabs, " +
+                   std::to_string(t.stage_blocks_in_use()) + " blocks in use");
+  const auto d = gs::deadline::after(gs::seconds_d{30});
+  for (auto& q : rq) t.wait(q, d);
+  for (auto& q : sq) t.wait(q, d);
+  GS_CHECK(t.stage_blocks_in_use() == 0);
+  for (std::size_t k = 0; k < 4; ++k) {
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < bytes; ++i) wrong += in[k][i] != pattern(left + 7 * k, i);
+    GS_CHECK_MSG(wrong == 0, "send " + std::to_string(k) + ": " + std::to_string(wrong) + " wrong");
+  }
+}
+
+// A staged send that times out before anyone receives it: MPI may still read its block
+// (Open MPI cannot cancel a send; the request is freed and completes later), so the
+// block is abandoned, never reused, and the message still arrives intact after the next
+// staged send has gone through the pool.
+GS_MPI_TEST("transport: a timed-out staged send keeps its block until MPI is done", 60) {
+  if (world_size() < 2) GS_SKIP("needs 2 ranks");
+  if (!gs::transport::detail::thp_available()) GS_SKIP("transparent huge pages are off");
+  gs::transport::mpi t{MPI_COMM_WORLD, {.stage_limit_bytes = 2 << 20}};
+  const std::size_t bytes = 2 << 20;  // the whole slab: a reused block would be this one
+  std::vector<std::uint8_t> a(bytes), b(bytes), in(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) a[i] = pattern(1, i), b[i] = pattern(2, i);
+  std::uint64_t abandoned = 0;
+  gs::transport::mpi::request q2;
+  if (t.rank() == 0) {
+    auto q = t.isend(1, a.data(), bytes, 98);
+    GS_CHECK_ERROR(t.wait(q, gs::deadline::after(gs::seconds_d{0.2})), gs::errc::timeout);
+    GS_CHECK(t.stage_blocks_in_use() == 0);
+    abandoned = t.stage_blocks_abandoned();  // 0 where the MPI cancelled the send
+    q2 = t.isend(1, b.data(), bytes, 97);    // may not reuse the abandoned block
+    GS_CHECK(t.stage_blocks_in_use() == 0 || abandoned == 0);
+  }
+  const auto said = gs::testbed::world_allgather({abandoned});
+  if (t.rank() == 0) t.wait(q2, gs::deadline::after(gs::seconds_d{30}));
+  if (t.rank() == 1) {
+    auto r2 = t.irecv(0, in.data(), bytes, 97);
+    t.wait(r2, gs::deadline::after(gs::seconds_d{30}));
+    GS_CHECK(in == b);
+    if (said[0] == 1) {  // the freed send is still on its way: it must carry `a`
+      auto r1 = t.irecv(0, in.data(), bytes, 98);
+      t.wait(r1, gs::deadline::after(gs::seconds_d{30}));
+      GS_CHECK_MSG(in == a, "the abandoned block was overwritten");
+    }
+  }
+  gs::testbed::world_barrier();
 }
 
 // The real path: one message of more than INT_MAX bytes (2 MPI messages with the
