@@ -13,13 +13,14 @@
 namespace gd = gradsync::transport::detail;
 using pool = gd::mpi_stage_pool;
 
-TEST_CASE("stage pool: size classes from 64 KiB to 2 MiB, nothing larger") {
+TEST_CASE("stage pool: size classes from 16 KiB to 2 MiB, nothing larger") {
   pool p(16 << 20, true);
   struct want {
     std::size_t bytes, cls;
   };
-  for (const want w : {want{1, 0}, want{64 << 10, 0}, want{(64 << 10) + 1, 1}, want{200000, 2},
-                       want{(1 << 20) - 1, 4}, want{1 << 20, 4}, want{2 << 20, 5}}) {
+  for (const want w : {want{1, 0}, want{16 << 10, 0}, want{(16 << 10) + 1, 1}, want{64 << 10, 2},
+                       want{200000, 4}, want{(1 << 20) - 1, 6}, want{1 << 20, 6},
+                       want{2 << 20, 7}}) {
     const pool::block b = p.acquire(w.bytes);
     REQUIRE(b.ptr != nullptr);
     CHECK(b.cls == w.cls);
@@ -47,7 +48,7 @@ TEST_CASE("stage pool: blocks of one slab are disjoint and come back for reuse")
   for (std::size_t i = 1; i < starts.size(); ++i) CHECK(starts[i] - starts[i - 1] == (512 << 10));
   // The slab is full and the limit reached: no fifth block, of this class or another.
   CHECK(p.acquire(512 << 10).ptr == nullptr);
-  CHECK(p.acquire(64 << 10).ptr == nullptr);
+  CHECK(p.acquire(16 << 10).ptr == nullptr);
   p.release(got[2]);
   const pool::block again = p.acquire(300 << 10);
   CHECK(again.ptr == got[2].ptr);
@@ -79,7 +80,7 @@ TEST_CASE("stage pool: disabled or without a limit it hands out nothing") {
   CHECK(off.acquire(1 << 20).ptr == nullptr);
   pool tiny((2 << 20) - 1, true);  // less than one slab
   CHECK_FALSE(tiny.enabled());
-  CHECK(tiny.acquire(64 << 10).ptr == nullptr);
+  CHECK(tiny.acquire(16 << 10).ptr == nullptr);
   CHECK(off.slabs() == 0);
   CHECK(tiny.slabs() == 0);
 }

@@ -146,7 +146,7 @@ GS_MPI_TEST("transport: large sends go through the huge-page staging pool intact
   const bool thp = gs::transport::detail::thp_available();
   {
     gs::transport::mpi t{MPI_COMM_WORLD};
-    ring_exchange(t, (64 << 10) - 1, 1);  // below stage_min_bytes: from the caller's memory
+    ring_exchange(t, (16 << 10) - 1, 1);  // below stage_min_bytes: from the caller's memory
     GS_CHECK_MSG(t.stage_slabs() == 0, std::to_string(t.stage_slabs()) + " slabs");
     for (std::size_t bytes : {64ul << 10, (64ul << 10) + 1, 1ul << 20, 2ul << 20, (2ul << 20) + 1,
                               (5ul << 20) + 3}) {

@@ -48,8 +48,8 @@ class mpi_stage_pool {
   /// largest send staged.
   static constexpr std::size_t page = std::size_t{2} << 20;
   /// The smallest block (size class 0); classes double up to `page`.
-  static constexpr std::size_t min_block = std::size_t{64} << 10;
-  static constexpr std::size_t classes = 6;  // 64 KiB .. 2 MiB
+  static constexpr std::size_t min_block = std::size_t{16} << 10;
+  static constexpr std::size_t classes = 8;  // 16 KiB .. 2 MiB
   static_assert(min_block << (classes - 1) == page);
 
   /// A block handed out by acquire(); `ptr == nullptr` when none was.
