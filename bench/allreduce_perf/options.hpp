@@ -41,10 +41,10 @@ struct options {
   bool agree = true;                  ///< --agree: gradsync's cross-rank argument check
   bool verify = gradsync::default_verify();  ///< --verify: compare result hashes per call
   bool interleave = false;                   ///< --interleave: alternate with MPI_Allreduce
-  bool p2p = false;               ///< --p2p: after each --interleave pair, time the bare exchange
+  bool p2p = false;  ///< --p2p: after each --interleave pair, time the bare exchange
   std::size_t mpi_stage = std::size_t{64} << 20;  ///< --mpi-stage: mpi_options::stage_limit_bytes
-  dtype type = dtype::f32;        ///< -d
-  reduce_op op = reduce_op::sum;  ///< -o
+  dtype type = dtype::f32;                        ///< -d
+  reduce_op op = reduce_op::sum;                  ///< -o
   std::vector<std::string>
       transports;  ///< --transport (default: local alone, shm+mpi under mpirun)
   std::vector<std::string> algos = {"all"};  ///< --algo

@@ -18,9 +18,9 @@ TEST_CASE("stage pool: size classes from 16 KiB to 2 MiB, nothing larger") {
   struct want {
     std::size_t bytes, cls;
   };
-  for (const want w : {want{1, 0}, want{16 << 10, 0}, want{(16 << 10) + 1, 1}, want{64 << 10, 2},
-                       want{200000, 4}, want{(1 << 20) - 1, 6}, want{1 << 20, 6},
-                       want{2 << 20, 7}}) {
+  for (const want w :
+       {want{1, 0}, want{16 << 10, 0}, want{(16 << 10) + 1, 1}, want{64 << 10, 2}, want{200000, 4},
+        want{(1 << 20) - 1, 6}, want{1 << 20, 6}, want{2 << 20, 7}}) {
     const pool::block b = p.acquire(w.bytes);
     REQUIRE(b.ptr != nullptr);
     CHECK(b.cls == w.cls);

@@ -148,8 +148,8 @@ GS_MPI_TEST("transport: large sends go through the huge-page staging pool intact
     gs::transport::mpi t{MPI_COMM_WORLD};
     ring_exchange(t, (16 << 10) - 1, 1);  // below stage_min_bytes: from the caller's memory
     GS_CHECK_MSG(t.stage_slabs() == 0, std::to_string(t.stage_slabs()) + " slabs");
-    for (std::size_t bytes : {64ul << 10, (64ul << 10) + 1, 1ul << 20, 2ul << 20, (2ul << 20) + 1,
-                              (5ul << 20) + 3}) {
+    for (std::size_t bytes :
+         {64ul << 10, (64ul << 10) + 1, 1ul << 20, 2ul << 20, (2ul << 20) + 1, (5ul << 20) + 3}) {
       ring_exchange(t, bytes, 1);
     }
     // 64 KiB, 128 KiB, 1 MiB and 2 MiB blocks: one slab per size class (none over 2 MiB).

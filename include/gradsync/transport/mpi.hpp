@@ -173,7 +173,7 @@ class mpi {
     std::uint32_t tag_ = 0;
     bool is_send_ = false;
     std::shared_ptr<detail::mpi_stage_pool> pool_;  // set while stage_ holds a block
-    detail::mpi_stage_pool::block stage_;          // the huge-page copy a send goes from
+    detail::mpi_stage_pool::block stage_;           // the huge-page copy a send goes from
   };
 
   /// Collective over `comm`: duplicates it (MPI_Comm_idup, polled with the default
