@@ -38,6 +38,10 @@ static_assert(gs::algorithm_for<gs::algo::native, gs::transport::mpi>);
 static_assert(gs::algo::tuning::segment_bytes_for<gs::transport::mpi>() == std::size_t{1} << 20);
 static_assert(gs::algo::tuning::segment_bytes_for<gs::transport::local>() ==
               gs::algo::tuning::segment_bytes);
+// The ring completes its sends over MPI one segment behind its receives (staging blocks
+// come back hot), elsewhere at the end of each step.
+static_assert(gs::algo::tuning::send_lag_for<gs::transport::mpi>() == 1);
+static_assert(gs::algo::tuning::send_lag_for<gs::transport::local>() == 0);
 
 gs::call_options quick(double s = 30) {
   return {gs::seconds_d{s}, true};

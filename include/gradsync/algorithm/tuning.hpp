@@ -25,6 +25,20 @@ constexpr std::size_t segment_bytes_for() {
   }
 }
 
+/// How many segments behind its receives the ring completes its sends within a step:
+/// Tr's own `static constexpr std::size_t ring_send_lag` when it declares one, else 0
+/// (sends are completed only at the end of each step). A transport whose sends hold a
+/// resource until they complete (transport::mpi's staging blocks) declares a small lag
+/// so the resource comes back while the segment is still hot in the caches.
+template <class Tr>
+constexpr std::size_t send_lag_for() {
+  if constexpr (requires { Tr::ring_send_lag; }) {
+    return Tr::ring_send_lag;
+  } else {
+    return 0;
+  }
+}
+
 /// Receives kept in flight by the ring's reduce-scatter (scratch slots of a segment each).
 inline constexpr std::size_t ring_inflight = 4;
 

@@ -66,6 +66,7 @@ class ring_pass {
         if (!last || forward) {
           next_sends_.push_back(t_.isend(right(), dst, len_of(j) * sizeof(T), ctx_.tag));
         }
+        complete_lagging_send(j);
       }
       wait_all(sends_);
       std::swap(sends_, next_sends_);
@@ -87,6 +88,7 @@ class ring_pass {
       }
       for (std::size_t j = 0; j < m; ++j) {
         t_.wait(in[j], ctx_.until);
+        complete_lagging_send(j);
         if (s + 2 < n_) {
           const std::size_t len = std::min(seg_, rc.count - j * seg_);
           next_sends_.push_back(
@@ -113,6 +115,17 @@ class ring_pass {
     for (std::size_t off = 0; off < c.count; off += seg_) {
       const std::size_t len = std::min(seg_, c.count - off);
       out.push_back(t_.isend(right(), base_ + c.offset + off, len * sizeof(T), ctx_.tag));
+    }
+  }
+  // After segment j of a step has arrived, completes this step's send of segment
+  // j + 1 - L (L = send_lag_for<Tr>(), 0: none): the right neighbour receives our
+  // segments at the pace we receive our left's, so that send is done or nearly so.
+  void complete_lagging_send(std::size_t j) {
+    constexpr std::size_t L = tuning::send_lag_for<Tr>();
+    if constexpr (L > 0) {
+      if (j + 1 >= L && j + 1 - L < sends_.size()) t_.wait(sends_[j + 1 - L], ctx_.until);
+    } else {
+      (void)j;
     }
   }
   void wait_all(std::vector<req_t>& v) {
