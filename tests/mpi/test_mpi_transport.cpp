@@ -16,6 +16,7 @@
 
 #include <gradsync/algorithm/native.hpp>
 #include <gradsync/gradsync.hpp>
+#include <gradsync/observe/traced_transport.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/mpi.hpp>
 #include <gradsync/transport/mpi_stage.hpp>
@@ -42,6 +43,8 @@ static_assert(gs::algo::tuning::segment_bytes_for<gs::transport::local>() ==
 // come back hot), elsewhere at the end of each step.
 static_assert(gs::algo::tuning::send_lag_for<gs::transport::mpi>() == 1);
 static_assert(gs::algo::tuning::send_lag_for<gs::transport::local>() == 0);
+static_assert(gs::algo::tuning::send_lag_for<gs::observe::traced_transport<gs::transport::mpi>>() ==
+              1);  // a timeline keeps the same steps
 
 gs::call_options quick(double s = 30) {
   return {gs::seconds_d{s}, true};

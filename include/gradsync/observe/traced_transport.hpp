@@ -57,6 +57,8 @@ class traced_transport {
   static constexpr bool native_allreduce = false;  // (see traces_steps_v)
   /// The wrapped transport's pipeline segment, so that tracing keeps the same steps.
   static constexpr std::size_t pipeline_segment_bytes = algo::tuning::segment_bytes_for<Tr>();
+  /// Likewise the ring's send lag (algo::tuning::send_lag_for).
+  static constexpr std::size_t ring_send_lag = algo::tuning::send_lag_for<Tr>();
 
   /// A request of Tr plus what it was for.
   struct request {
