@@ -116,7 +116,10 @@ class mpi_stage_pool {
     return abandoned_;
   }
   /// Whether acquire() can ever hand out a block.
-  bool enabled() const { return limit_slabs_ > 0; }
+  bool enabled() const {
+    std::lock_guard lk(m_);
+    return limit_slabs_ > 0;
+  }
 
  private:
   // Maps one more slab and carves it into blocks of class `cls` (lock held).
