@@ -15,12 +15,12 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cstddef>
 #include <span>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "gradsync/algorithm/concept.hpp"
 #include "gradsync/algorithm/detail/partition.hpp"
@@ -49,10 +49,13 @@ struct halving_doubling {
     const std::size_t p = std::bit_floor(n), rem = n - p;
     const std::size_t seg =
         std::min(count, std::max<std::size_t>(1, tuning::segment_bytes_for<Tr>() / sizeof(T)));
-    T* const buf =
-        static_cast<T*>(t.scratch().get(scratch_slot, tuning::hd_inflight * seg * sizeof(T)));
+    // The largest exchange: the fold's whole vector, else the first halving's half.
+    const std::size_t most = rem ? count : (count + 1) / 2;
+    const std::size_t k =
+        tuning::inflight_segments(t, detail::segments(most, seg), tuning::hd_inflight);
+    T* const buf = static_cast<T*>(t.scratch().get(scratch_slot, k * seg * sizeof(T)));
     T* const base = data.data();
-    exchanger<Tr, T, Op> x{t, ex, op, ctx, buf, seg};
+    exchanger<Tr, T, Op> x{t, ex, op, ctx, buf, seg, k};
 
     // Fold the first 2*rem ranks pairwise.
     if (r < 2 * rem && r % 2 == 0) {
@@ -98,8 +101,8 @@ struct halving_doubling {
   // One pairwise exchange: send `sn` elements from `src` to `peer` while receiving `rn`
   // elements from it into `dst` (Reduce: combined into dst through scratch; else copied
   // straight in). Both directions are cut into segments with at most hd_inflight of
-  // each posted at a time; a segment's wait only needs the peer to have reached an
-  // earlier segment, so two ranks running this against each other cannot deadlock.
+  // each posted at a time (all of them across a network); a segment's wait only needs the peer to
+  // have reached an earlier segment, so two ranks running this against each other cannot deadlock.
   template <class Tr, class T, class Op>
   struct exchanger {
     Tr& t;
@@ -108,12 +111,12 @@ struct halving_doubling {
     const call_context& ctx;
     T* buf;
     std::size_t seg;
+    std::size_t k;  // segments of each direction in flight (tuning::inflight_segments)
 
     template <bool Reduce>
     void run(std::size_t peer, const T* src, std::size_t sn, T* dst, std::size_t rn) {
-      constexpr std::size_t k = tuning::hd_inflight;
       using req_t = typename Tr::request;
-      std::array<req_t, k> sreq, rreq;
+      std::vector<req_t> sreq(k), rreq(k);
       const std::size_t ms = detail::segments(sn, seg), mr = detail::segments(rn, seg);
       auto rlen = [&](std::size_t j) { return std::min(seg, rn - j * seg); };
       auto post_recv = [&](std::size_t j) {

@@ -27,7 +27,10 @@
 #include <vector>
 
 #include "gradsync/algorithm/concept.hpp"
+#include "gradsync/algorithm/detail/inter_worker.hpp"
+#include "gradsync/algorithm/detail/partition.hpp"
 #include "gradsync/algorithm/detail/ring_pass.hpp"
+#include "gradsync/algorithm/tuning.hpp"
 #include "gradsync/algorithm/ring.hpp"
 #include "gradsync/core/consistency.hpp"
 #include "gradsync/core/dtype.hpp"
@@ -84,6 +87,11 @@ struct hierarchical {
       if (opt.verify) verify_levels(t, in_seq, out_seq, data.data(), data.size_bytes(), until);
       return;
     }
+    const std::size_t pieces = tuning::hierarchical_pieces(data.size_bytes(), t.pipelines());
+    if (pieces > 1) {
+      return run_pipelined<InterAlgo, level_op>(t, data, op, opt, in_c, out_c, pieces, phase,
+                                                in_seq, out_seq, until);
+    }
     detail::ring_pass<Intra, T> pass(in, data, in_c);
     const auto r0 = clock::now();
     pass.reduce_scatter(level_op{}, 0, false);
@@ -103,6 +111,50 @@ struct hierarchical {
   }
 
  private:
+  /// run_observed over `pieces` pieces of the vector: the node's reduce-scatter of piece
+  /// i+1 runs while a helper thread (detail/inter_worker.hpp) allreduces piece i's shard
+  /// across the nodes, and each piece is allgathered in the node once its shard is back,
+  /// so the network is busy from the first piece's shard to the last's.
+  template <class X, class LevelOp, class Intra, class Inter, class T, class Op, class Phase>
+  static void run_pipelined(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
+                            const call_options& opt, const call_context& in_c,
+                            const call_context& out_c, std::size_t pieces, Phase& phase,
+                            std::uint64_t in_seq, std::uint64_t out_seq, deadline until) {
+    using clock = std::chrono::steady_clock;
+    Intra& in = t.intra();
+    std::vector<detail::ring_pass<Intra, T>> passes;
+    passes.reserve(pieces);
+    std::vector<std::span<T>> shards(pieces);
+    clock::time_point i0{}, i1{};
+    detail::inter_worker worker([&](std::size_t i) {
+      if (i == 0) i0 = clock::now();
+      X::run(t.inter(), shards[i], LevelOp{}, out_c);
+      in.executor().finalize(shards[i].data(), shards[i].size(), t.size(), op);
+      if (i + 1 == pieces) i1 = clock::now();
+    });
+    const auto r0 = clock::now();
+    for (std::size_t i = 0; i < pieces; ++i) {
+      const detail::range p = detail::part(data.size(), pieces, i);
+      const std::span<T> piece = data.subspan(p.offset, p.count);
+      passes.emplace_back(in, piece, in_c);
+      passes.back().reduce_scatter(LevelOp{}, 0, false);
+      const detail::range mine = passes.back().owned();
+      shards[i] = piece.subspan(mine.offset, mine.count);
+      worker.ready(i);
+    }
+    const auto r1 = clock::now();
+    for (std::size_t i = 0; i < pieces; ++i) {
+      worker.wait(i);
+      passes[i].allgather();
+      passes[i].finish();
+    }
+    const auto g1 = clock::now();
+    phase("intra_reduce_scatter", r0, r1);
+    phase("inter_allreduce", i0, i1);
+    phase("intra_allgather", i1, g1);
+    if (opt.verify) verify_levels(t, in_seq, out_seq, data.data(), data.size_bytes(), until);
+  }
+
   /// The header's algorithm field: "hier<" + InterAlgo's name + ">" (a different
   /// InterAlgo on some nodes must be caught: their messages would not match).
   static const std::string& header_name() {

@@ -1,6 +1,7 @@
 // Tuning constants shared by the algorithms. Each entry records why it was chosen.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 
 namespace gradsync::algo::tuning {
@@ -41,6 +42,44 @@ constexpr std::size_t send_lag_for() {
 
 /// Receives kept in flight by the ring's reduce-scatter (scratch slots of a segment each).
 inline constexpr std::size_t ring_inflight = 4;
+
+/// Whether t's messages cross a network between hosts: t.crosses_network() when Tr
+/// declares it (transport::mpi finds out at construction), else false.
+template <class Tr>
+bool crosses_network(const Tr& t) {
+  if constexpr (requires {
+                  { t.crosses_network() } -> std::convertible_to<bool>;
+                }) {
+    return t.crosses_network();
+  } else {
+    return false;
+  }
+}
+
+/// Receives that ring and halving_doubling keep in flight in a step of `m` segments
+/// to one peer: `local` (ring_inflight, hd_inflight) inside a host; across a network
+/// every receive of the step at once. Over TCP a rendezvous reply travels in the same
+/// stream as the data going the other way and waits behind it, so with a window of a
+/// few segments the sender idles: 2 hosts x 1 rank at 1 Gbit/s, Open MPI, 32 MiB each
+/// way in 1 MiB messages: 4 in flight 501 ms, 16 302 ms, all 32 281 ms (wire: 284 ms;
+/// docs/cluster.md, "Where the time went").
+template <class Tr>
+std::size_t inflight_segments(const Tr& t, std::size_t m, std::size_t local) {
+  const std::size_t k = crosses_network(t) ? m : local;
+  return k < 1 ? 1 : k;
+}
+
+/// Pieces algo::hierarchical pipelines a vector of `bytes` into (1: no pipeline) on a
+/// two_level whose inter-node level crosses a network (`pipelines`): pieces of at least
+/// hierarchical_piece_bytes, at most hierarchical_max_pieces. 2 hosts x 2 ranks, 1 Gbit/s,
+/// 64 MiB: see docs/cluster.md for the measured choice.
+inline constexpr std::size_t hierarchical_piece_bytes = std::size_t{4} << 20;
+inline constexpr std::size_t hierarchical_max_pieces = 8;
+inline constexpr std::size_t hierarchical_pieces(std::size_t bytes, bool pipelines) {
+  if (!pipelines || bytes < 2 * hierarchical_piece_bytes) return 1;
+  const std::size_t p = bytes / hierarchical_piece_bytes;
+  return p < hierarchical_max_pieces ? p : hierarchical_max_pieces;
+}
 
 /// Segments of each direction kept in flight by halving_doubling's pairwise exchanges
 /// (scratch: this many segments). Same reasoning as ring_inflight: enough to keep the

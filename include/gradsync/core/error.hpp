@@ -34,12 +34,21 @@ inline constexpr std::string_view errc_name(errc c) {
   return "unknown";
 }
 
-/// Where an error happened; absent fields are left at npos.
+/// Where an error happened; absent fields are left at npos (or empty).
 struct error_site {
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
-  std::size_t rank = npos;
-  std::size_t peer = npos;
+  error_site() = default;
+  error_site(std::size_t r, std::size_t p = npos, std::uint64_t s = ~std::uint64_t{0})
+      : rank(r), peer(p), seq(s) {}
+
+  std::size_t rank = npos;  ///< the rank in the whole job when known, else in the group
+  std::size_t peer = npos;  ///< likewise for the peer
   std::uint64_t seq = ~std::uint64_t{0};
+  std::string host;       ///< this rank's host, when known
+  std::string peer_host;  ///< the peer's host, when known
+  /// Sub-group transports (a split, two_level's levels): rank and peer in the group,
+  /// and its size, when rank/peer above are the job's ranks. npos: not a sub-group.
+  std::size_t group_rank = npos, group_peer = npos, group_size = npos;
 };
 
 /// The gradsync exception; `code()` tells the kind, `what()` the whole story.
@@ -58,6 +67,20 @@ class error : public std::runtime_error {
     if (s.rank != error_site::npos) m += " on rank " + std::to_string(s.rank);
     if (s.peer != error_site::npos) m += " (peer " + std::to_string(s.peer) + ")";
     if (s.seq != ~std::uint64_t{0}) m += " in op #" + std::to_string(s.seq);
+    std::string extra;  // [hosts; sub-group ranks]
+    if (!s.host.empty() || !s.peer_host.empty()) {
+      extra = "rank " + std::to_string(s.rank) + " on " + (s.host.empty() ? "?" : s.host);
+      if (s.peer != error_site::npos) {
+        extra +=
+            ", peer " + std::to_string(s.peer) + " on " + (s.peer_host.empty() ? "?" : s.peer_host);
+      }
+    }
+    if (s.group_size != error_site::npos) {
+      extra += (extra.empty() ? "" : "; ") + std::string("in a sub-group of ") +
+               std::to_string(s.group_size) + " as rank " + std::to_string(s.group_rank);
+      if (s.group_peer != error_site::npos) extra += ", peer " + std::to_string(s.group_peer);
+    }
+    if (!extra.empty()) m += " [" + extra + "]";
     m += ": ";
     m += detail;
     return m;

@@ -71,6 +71,8 @@ class traced_transport {
 
   std::size_t rank() const { return t_.rank(); }
   std::size_t size() const { return t_.size(); }
+  /// Forwarded too: across a network the algorithms keep more receives in flight.
+  bool crosses_network() const { return algo::tuning::crosses_network(t_); }
 
   request isend(std::size_t peer, const void* data, std::size_t bytes, std::uint32_t tag) {
     sent_ += bytes;

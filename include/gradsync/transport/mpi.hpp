@@ -10,10 +10,10 @@
 // never match the user's. Every wait polls with MPI_Test under a deadline (see
 // mpi_poll.hpp): a rank that never calls raises errc::timeout instead of a hang.
 //
-// Sends of 16 KiB to 2 MiB go out from a copy in huge-page memory the transport keeps
-// (mpi_stage.hpp; mpi_options::stage_limit_bytes, 0 turns it off): on one host the MPI
-// has the receiver copy them with process_vm_readv, which pins the sender's pages, and
-// from huge pages that read runs 3-4x faster. As with any send, keep the buffer
+// Sends of 16 KiB to 2 MiB to a rank on the same host go out from a copy in huge-page
+// memory the transport keeps (mpi_stage.hpp; mpi_options::stage_limit_bytes, 0 turns it
+// off): on one host the MPI has the receiver copy them with process_vm_readv, which pins the
+// sender's pages, and from huge pages that read runs 3-4x faster. As with any send, keep the buffer
 // unchanged until wait() returns (unstaged sends read it until then).
 //
 // Like MPI_Comm_free, destroying a transport is collective in spirit: destroy it once
@@ -59,6 +59,13 @@
 
 namespace gradsync::transport {
 
+/// Whether a transport::mpi crosses a network (mpi_options::network).
+enum class network_hint : std::uint8_t {
+  detect,  ///< yes when the ranks do not all share memory (MPI_COMM_TYPE_SHARED)
+  yes,     ///< tune for a network whatever the placement (tests on one host)
+  no,      ///< tune for one host
+};
+
 /// Options of transport::mpi. Must be the same on every rank of the communicator.
 struct mpi_options {
   /// Largest single MPI message (MPI counts are int). Longer sends and receives are
@@ -74,6 +81,9 @@ struct mpi_options {
   /// staged 1.09x MPI_Allreduce over Open MPI (0.93x not), 0.88x over MPICH (1.00x not:
   /// UCX sends them eagerly, so the copy only costs); from 16 KiB messages both gain.
   std::size_t stage_min_bytes = std::size_t{16} << 10;
+  /// Whether the ranks span hosts: the algorithms then keep every receive of a step in
+  /// flight (algo::tuning::inflight_segments). Detected at construction by default.
+  network_hint network = network_hint::detect;
 };
 
 class mpi {
@@ -227,6 +237,10 @@ class mpi {
   /// The transport's own communicator (the duplicate), e.g. for a user's MPI_Barrier.
   MPI_Comm comm() const { return comm_; }
   const mpi_options& options() const { return opt_; }
+  /// True when this transport's ranks are on more than one host (mpi_options::network).
+  bool crosses_network() const { return network_; }
+  /// True when `peer` shares memory with this rank (MPI_COMM_TYPE_SHARED).
+  bool same_host(std::size_t peer) const { return peer < size_ && host_[peer] == host_[rank_]; }
 
   request isend(std::size_t peer, const void* data, std::size_t bytes, std::uint32_t tag) {
     return post(true, peer, const_cast<void*>(data), bytes, tag);
@@ -354,6 +368,13 @@ class mpi {
     MPI_Query_thread(&provided);
     check_thread_level(provided, needed);
   }
+  /// True when MPI lets a thread other than the creator's call this transport while the
+  /// creator does not (MPI_THREAD_SERIALIZED or MULTIPLE): algo::hierarchical's pipeline.
+  static bool allows_helper_thread() {
+    int provided = MPI_THREAD_SINGLE;
+    if (detail::mpi_usable()) MPI_Query_thread(&provided);
+    return provided >= MPI_THREAD_SERIALIZED;
+  }
   /// The check behind require_thread_level, for a given `provided` level.
   static void check_thread_level(int provided, int needed) {
     if (provided >= needed) return;
@@ -396,6 +417,7 @@ class mpi {
       detail::check_mpi(MPI_Comm_size(comm_, &n), "MPI_Comm_size", {});
       rank_ = static_cast<std::size_t>(r);
       size_ = static_cast<std::size_t>(n);
+      find_hosts();
       stage_ = std::make_shared<detail::mpi_stage_pool>(
           opt_.stage_limit_bytes, opt_.stage_limit_bytes > 0 && detail::thp_available());
     } catch (...) {
@@ -403,10 +425,56 @@ class mpi {
       throw;
     }
     log(log_level::debug, rank_,
-        "transport::mpi: rank %zu of %zu, max message %zu bytes, sends of %zu..%zu bytes "
+        "transport::mpi: rank %zu of %zu%s, max message %zu bytes, sends of %zu..%zu bytes "
         "staged through huge pages: %s",
-        rank_, size_, opt_.max_message_bytes, opt_.stage_min_bytes, detail::mpi_stage_pool::page,
+        rank_, size_, network_ ? " across hosts" : " on one host", opt_.max_message_bytes,
+        opt_.stage_min_bytes, detail::mpi_stage_pool::page,
         stage_->enabled() ? "yes" : "no (stage_limit_bytes 0 or transparent huge pages off)");
+  }
+
+  // Collective: which ranks share memory (MPI_COMM_TYPE_SHARED): host_[r] is the lowest
+  // rank of r's host; then network_ per mpi_options::network; and every rank's rank in
+  // MPI_COMM_WORLD and host name, for error messages.
+  void find_hosts() {
+    struct who {
+      int world;
+      char host[48];
+    } me_who{}, *all_who = nullptr;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me_who.world);
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    std::memcpy(me_who.host, name,
+                std::min<std::size_t>(static_cast<std::size_t>(len), sizeof me_who.host - 1));
+    std::vector<who> whos(size_);
+    all_who = whos.data();
+    detail::check_mpi(
+        MPI_Allgather(&me_who, sizeof(who), MPI_BYTE, all_who, sizeof(who), MPI_BYTE, comm_),
+        "MPI_Allgather", {});
+    world_.resize(size_);
+    names_.resize(size_);
+    int world_size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    sub_group_ = static_cast<std::size_t>(world_size) != size_;
+    for (std::size_t r = 0; r < size_; ++r) {
+      world_[r] = static_cast<std::size_t>(whos[r].world);
+      names_[r] = whos[r].host;
+      sub_group_ = sub_group_ || world_[r] != r;
+    }
+    MPI_Comm node = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+                      "MPI_Comm_split_type", {});
+    int me = static_cast<int>(rank_), leader = 0;
+    const int rc = MPI_Allreduce(&me, &leader, 1, MPI_INT, MPI_MIN, node);
+    MPI_Comm_free(&node);
+    detail::check_mpi(rc, "MPI_Allreduce", {});
+    std::vector<int> all(size_);
+    detail::check_mpi(MPI_Allgather(&leader, 1, MPI_INT, all.data(), 1, MPI_INT, comm_),
+                      "MPI_Allgather", {});
+    host_.assign(all.begin(), all.end());
+    const bool spans =
+        std::any_of(host_.begin(), host_.end(), [&](std::uint32_t h) { return h != host_[0]; });
+    network_ = opt_.network == network_hint::yes || (opt_.network == network_hint::detect && spans);
   }
 
   void release() noexcept {
@@ -433,9 +501,27 @@ class mpi {
     std::swap(ops_, o.ops_);
     std::swap(abandoned_, o.abandoned_);
     std::swap(native_stuck_, o.native_stuck_);
+    std::swap(network_, o.network_);
+    std::swap(host_, o.host_);
+    std::swap(world_, o.world_);
+    std::swap(names_, o.names_);
+    std::swap(sub_group_, o.sub_group_);
   }
 
-  error_site site(std::size_t peer) const { return {rank_, peer, seq_ - 1}; }
+  // Names the job's ranks (MPI_COMM_WORLD) and their hosts, and this group's ranks
+  // when it is a sub-group (a split, two_level's inter-node level).
+  error_site site(std::size_t peer) const {
+    if (world_.size() != size_) return {rank_, peer, seq_ - 1};
+    error_site s{world_[rank_], peer < size_ ? world_[peer] : peer, seq_ - 1};
+    s.host = names_[rank_];
+    if (peer < size_) s.peer_host = names_[peer];
+    if (sub_group_) {
+      s.group_rank = rank_;
+      s.group_peer = peer < size_ ? peer : error_site::npos;
+      s.group_size = size_;
+    }
+    return s;
+  }
 
   [[noreturn]] void fail(request& r, int rc) {
     const std::size_t peer = r.peer_, bytes = r.bytes_;
@@ -464,7 +550,8 @@ class mpi {
     r.piece_ = opt_.max_message_bytes;
     const std::size_t parts = bytes == 0 ? 1 : (bytes + r.piece_ - 1) / r.piece_;
     if (parts > 1) r.more_.assign(parts - 1, MPI_REQUEST_NULL);
-    if (is_send && stage_ && bytes >= opt_.stage_min_bytes) {
+    // Only a receiver on this host reads the send with process_vm_readv (see above).
+    if (is_send && stage_ && bytes >= opt_.stage_min_bytes && host_[peer] == host_[rank_]) {
       if (auto b = stage_->acquire(bytes); b.ptr) {
         std::memcpy(b.ptr, buf, bytes);
         buf = b.ptr;
@@ -494,6 +581,11 @@ class mpi {
   detail::mpi_op_cache ops_;
   std::vector<MPI_Request> abandoned_;  // timed-out nonblocking collectives (see above)
   bool native_stuck_ = false;
+  bool network_ = false;             // the ranks span hosts (crosses_network)
+  std::vector<std::uint32_t> host_;  // per rank: the lowest rank on its host
+  std::vector<std::size_t> world_;   // per rank: its rank in MPI_COMM_WORLD
+  std::vector<std::string> names_;   // per rank: its host's name
+  bool sub_group_ = false;           // ranks here are not MPI_COMM_WORLD's
 };
 
 static_assert(gradsync::transport_policy<mpi>);

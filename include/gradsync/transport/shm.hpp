@@ -122,7 +122,7 @@ class shm_state {
         size_(o.size),
         p2p_(seg_, o.rank),
         heap_(seg_.layout().geo.heap_bytes),
-        budget_(spin_budget::for_group(o.size)) {}
+        spin_(spin_budget::for_group(o.size)) {}
 
   ~shm_state() {
     auto st = shared_word(seg_.ctl(rank_).state);
@@ -175,7 +175,7 @@ class shm_state {
   std::size_t rank_, size_;
   shm_p2p p2p_;
   shm_heap heap_;
-  spin_budget budget_;
+  spin_policy spin_;  // how long waits spin (learns when the host is oversubscribed)
   std::uint64_t seq_ = 0;
   bool broken_ = false;
   workspace scratch_;
@@ -408,8 +408,8 @@ class shm {
     if (!ready()) {
       const char* what = op.is_send ? "to send to the peer" : "to receive from the peer";
       try {
-        detail::sleep_wait(
-            st.seg_.ctl(st.rank_), st.budget_, d.at, ready,
+        detail::learning_wait(
+            st.seg_.ctl(st.rank_), st.spin_, d.at, ready,
             [&](clock::time_point now) { return st.idle_check(op.peer, now, d.at, what, ready); });
       } catch (...) {
         r.cancel();
@@ -467,7 +467,7 @@ class shm {
     if (ready()) return;
     st.check_usable();
     const std::string what = describe_flag(k, v);
-    detail::sleep_wait(st.seg_.ctl(st.rank_), st.budget_, d.at, ready, [&](clock::time_point now) {
+    detail::learning_wait(st.seg_.ctl(st.rank_), st.spin_, d.at, ready, [&](clock::time_point now) {
       return st.idle_check(missing, now, d.at, what.c_str(), ready);
     });
   }

@@ -19,6 +19,7 @@
 // sums later.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -27,6 +28,7 @@
 #include <utility>
 
 #include "gradsync/algorithm/ring.hpp"
+#include "gradsync/algorithm/tuning.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
@@ -67,6 +69,14 @@ class two_level {
   const Intra& intra() const { return intra_; }
   const Inter& inter() const { return inter_; }
 
+  /// True when the inter-node level crosses a network (its transport's
+  /// crosses_network(), agreed by every rank at construction).
+  bool crosses_network() const { return network_; }
+  /// True when algo::hierarchical pipelines large vectors: the inter-node level crosses
+  /// a network and every rank's Inter may be called from a helper thread
+  /// (Inter::allows_helper_thread(), e.g. MPI_THREAD_SERIALIZED; agreed at construction).
+  bool pipelines() const { return pipelines_; }
+
   /// The allreducer's progress-thread check (detail/thread_level.hpp), for both levels:
   /// two_level<shm, mpi> needs MPI_THREAD_SERIALIZED like mpi alone.
   static void require_thread_level() {
@@ -105,11 +115,24 @@ class two_level {
           "ppr:N:node), or use one flat transport";
     }
     // One verdict for all: a flag spread inside the node, across nodes, inside again
-    // reaches every rank (each node shares a local index with every other node).
-    std::size_t bad = why.empty() ? 0 : 1;
-    bad = static_cast<std::size_t>(spread(intra_, bad).second);
-    bad = static_cast<std::size_t>(spread(inter_, bad).second);
-    bad = static_cast<std::size_t>(spread(intra_, bad).second);
+    // reaches every rank (each node shares a local index with every other node). Bit 0:
+    // a fault; bit 1: a network; bit 2: some rank cannot run Inter on a helper thread.
+    std::size_t flags = (why.empty() ? 0 : 1) | (algo::tuning::crosses_network(inter_) ? 2 : 0) |
+                        (helper_ok() ? 0 : 4);
+    for (int pass = 0; pass < 3; ++pass) {
+      std::int64_t f[3] = {static_cast<std::int64_t>(flags & 1),
+                           static_cast<std::int64_t>(flags & 2),
+                           static_cast<std::int64_t>(flags & 4)};
+      if (pass == 1) {
+        allreduce<algo::ring>(inter_, std::span<std::int64_t>(f, 3), op::max);
+      } else {
+        allreduce<algo::ring>(intra_, std::span<std::int64_t>(f, 3), op::max);
+      }
+      flags = static_cast<std::size_t>(f[0] | f[1] | f[2]);
+    }
+    network_ = (flags & 2) != 0;
+    pipelines_ = network_ && (flags & 4) == 0;
+    const std::size_t bad = flags & 1;
     if (bad) {
       throw error(
           errc::mismatch, {rank(), error_site::npos, ~std::uint64_t{0}},
@@ -119,8 +142,19 @@ class two_level {
     }
   }
 
+  static bool helper_ok() {
+    if constexpr (requires {
+                    { Inter::allows_helper_thread() } -> std::convertible_to<bool>;
+                  }) {
+      return Inter::allows_helper_thread();
+    } else {
+      return false;
+    }
+  }
+
   Intra intra_;
   Inter inter_;
+  bool network_ = false, pipelines_ = false;
 };
 
 /// True for a transport::two_level (which algo::hierarchical runs on).

@@ -27,8 +27,9 @@
 namespace gradsync::transport {
 
 /// two_level<shm, mpi> over `comm`; node_color < 0: nodes are the shared-memory domains.
+/// `inter` configures the mpi transport across nodes (e.g. mpi_options::network).
 inline two_level<shm, mpi> two_level_from_mpi(MPI_Comm comm, const shm_options& base = {},
-                                              int node_color = -1) {
+                                              int node_color = -1, const mpi_options& inter = {}) {
   auto check = [](int rc, const char* call) { detail::check_mpi(rc, call, {}); };
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -67,8 +68,8 @@ inline two_level<shm, mpi> two_level_from_mpi(MPI_Comm comm, const shm_options& 
                 "two_level_from_mpi: the ranks of one node_color are on several hosts (" + where +
                     "): give the ranks of each host their own colors, or pass node_color -1");
   }
-  mpi inter = mpi(comm).split(local_rank, leader);
-  return two_level<shm, mpi>(std::move(intra), std::move(inter));
+  mpi across = mpi(comm, inter).split(local_rank, leader);
+  return two_level<shm, mpi>(std::move(intra), std::move(across));
 }
 
 }  // namespace gradsync::transport

@@ -32,9 +32,11 @@ class ring_pass {
         r_(t.rank()),
         count_(data.size()),
         seg_(std::max<std::size_t>(1, tuning::segment_bytes_for<Tr>() / sizeof(T))),
+        k_(tuning::inflight_segments(t, segments(part(count_, n_, 0).count, seg_),
+                                     tuning::ring_inflight)),
         base_(data.data()),
-        buf_(static_cast<T*>(t.scratch().get(scratch_slot, K * seg_ * sizeof(T)))),
-        recvs_(K) {}
+        buf_(static_cast<T*>(t.scratch().get(scratch_slot, k_ * seg_ * sizeof(T)))),
+        recvs_(k_) {}
 
   /// The chunk this rank holds reduced after reduce_scatter().
   range owned() const { return chunk(r_ + 1); }
@@ -51,17 +53,17 @@ class ring_pass {
       const std::size_t m = segments(rc.count, seg_);
       const bool last = s + 2 == n_;  // rc is then the chunk this rank owns
       auto len_of = [&](std::size_t j) { return std::min(seg_, rc.count - j * seg_); };
-      for (std::size_t j = 0; j < std::min(K, m); ++j) {
+      for (std::size_t j = 0; j < std::min(k_, m); ++j) {
         recvs_[j] = t_.irecv(left(), buf_ + j * seg_, len_of(j) * sizeof(T), ctx_.tag);
       }
       for (std::size_t j = 0; j < m; ++j) {
-        t_.wait(recvs_[j % K], ctx_.until);
+        t_.wait(recvs_[j % k_], ctx_.until);
         T* dst = base_ + rc.offset + j * seg_;
-        ex.reduce_into(dst, buf_ + (j % K) * seg_, len_of(j), op);
+        ex.reduce_into(dst, buf_ + (j % k_) * seg_, len_of(j), op);
         if (last && finalize_ranks) ex.finalize(dst, len_of(j), finalize_ranks, op);
-        if (j + K < m) {
-          recvs_[j % K] =
-              t_.irecv(left(), buf_ + (j % K) * seg_, len_of(j + K) * sizeof(T), ctx_.tag);
+        if (j + k_ < m) {
+          recvs_[j % k_] =
+              t_.irecv(left(), buf_ + (j % k_) * seg_, len_of(j + k_) * sizeof(T), ctx_.tag);
         }
         if (!last || forward) {
           next_sends_.push_back(t_.isend(right(), dst, len_of(j) * sizeof(T), ctx_.tag));
@@ -97,7 +99,7 @@ class ring_pass {
       }
       wait_all(sends_);
       std::swap(sends_, next_sends_);
-      recvs_.resize(K);
+      recvs_.resize(k_);
     }
   }
 
@@ -106,7 +108,6 @@ class ring_pass {
 
  private:
   using req_t = typename Tr::request;
-  static constexpr std::size_t K = tuning::ring_inflight;
 
   std::size_t left() const { return (r_ + n_ - 1) % n_; }
   std::size_t right() const { return (r_ + 1) % n_; }
@@ -136,6 +137,7 @@ class ring_pass {
   Tr& t_;
   const call_context& ctx_;
   std::size_t n_, r_, count_, seg_;
+  std::size_t k_;  // receives in flight in the reduce-scatter (tuning::inflight_segments)
   T* base_;
   T* buf_;
   std::vector<req_t> sends_, next_sends_, recvs_;

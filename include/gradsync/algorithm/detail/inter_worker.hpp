@@ -1,0 +1,85 @@
+// The helper thread of algo::hierarchical's pipeline: it runs the cross-node allreduce
+// of each piece's shard, in the order the pieces were handed over, while the calling
+// thread reduce-scatters the next pieces inside the node and allgathers the finished
+// ones. Only this thread calls the Inter transport while it runs, so MPI needs
+// MPI_THREAD_SERIALIZED, not MULTIPLE.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gradsync::algo::detail {
+
+class inter_worker {
+ public:
+  /// `job(i)` runs piece i's cross-node allreduce; it is called for 0, 1, ... in order,
+  /// each once handed over with ready(i).
+  explicit inter_worker(std::function<void(std::size_t)> job) : job_(std::move(job)) {
+    th_ = std::thread([this] { loop(); });
+  }
+  inter_worker(const inter_worker&) = delete;
+  inter_worker& operator=(const inter_worker&) = delete;
+  /// Stops taking pieces and joins (a piece under way finishes or fails by its deadline).
+  ~inter_worker() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    th_.join();
+  }
+
+  /// Pieces 0..i may run now.
+  void ready(std::size_t i) {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      handed_ = i + 1;
+    }
+    cv_.notify_all();
+  }
+  /// Blocks until piece i has run; rethrows the error of any piece that failed.
+  void wait(std::size_t i) {
+    std::unique_lock<std::mutex> g(m_);
+    cv_.wait(g, [&] { return done_ > i || failure_; });
+    if (failure_) std::rethrow_exception(failure_);
+  }
+
+ private:
+  void loop() {
+    for (std::size_t i = 0;; ++i) {
+      {
+        std::unique_lock<std::mutex> g(m_);
+        cv_.wait(g, [&] { return handed_ > i || stop_; });
+        if (stop_) return;  // the caller gave up: run nothing more
+      }
+      try {
+        job_(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> g(m_);
+        failure_ = std::current_exception();
+        cv_.notify_all();
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> g(m_);
+        done_ = i + 1;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  std::function<void(std::size_t)> job_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::size_t handed_ = 0, done_ = 0;
+  bool stop_ = false;
+  std::exception_ptr failure_;
+  std::thread th_;  // last: starts once everything above exists
+};
+
+}  // namespace gradsync::algo::detail
