@@ -25,6 +25,8 @@
 
 #ifdef MINI_TRAINER_MPI
 #include <mpi.h>
+
+#include <gradsync/transport/mpi_exit.hpp>
 #endif
 
 namespace mt = mini_trainer;
@@ -129,12 +131,11 @@ int main(int argc, char** argv) {
   // SERIALIZED is what --fusion bucket's progress thread needs; ask for more.
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  auto fail = [](int code) {
-    std::fflush(stdout);
-    std::fflush(stderr);
-    // One rank failing alone (a checkpoint write) must not leave the others waiting.
-    MPI_Abort(MPI_COMM_WORLD, code);
-    return code;
+  auto fail = [](int code) -> int {
+    // One rank failing alone (a checkpoint write) must not leave the others waiting, and
+    // a launcher that cannot reach a partitioned host must not keep this rank alive:
+    // abort_job exits after 10 s even if MPI_Abort hangs.
+    gradsync::transport::abort_job(MPI_COMM_WORLD, code);
   };
 #else
   auto fail = [](int code) { return code; };
@@ -150,7 +151,7 @@ int main(int argc, char** argv) {
     return fail(1);
   }
 #ifdef MINI_TRAINER_MPI
-  MPI_Finalize();
+  rc = gradsync::transport::finalize_job(rc);
 #endif
   return rc;
 }

@@ -2,7 +2,9 @@
 // "nodes" made of consecutive ranks (node_color) so a multi-node layout runs on one
 // host, and the real shared-memory split (one node here). Exact results and bitwise
 // identity across every rank; an uneven layout refused on every rank; the allreducer
-// (bucket fusion, progress thread) over the same two levels.
+// (bucket fusion, progress thread) over the same two levels. The network tuning on one
+// host (mpi_options::network): flat algorithms with every receive of a step in flight,
+// hierarchical pipelined in pieces, and a failing piece failing every rank.
 #include <mpi.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 
 #include <gradsync/algorithm/hierarchical.hpp>
 #include <gradsync/algorithm/direct.hpp>
+#include <gradsync/algorithm/halving_doubling.hpp>
 #include <gradsync/algorithm/native.hpp>
 #include <gradsync/algorithm/runs_on.hpp>
 #include <gradsync/algorithm/tree.hpp>
@@ -153,4 +156,88 @@ GS_MPI_TEST("hierarchical: the allreducer's buckets, ready() in random orders, e
     GS_CHECK_MSG(gs::testbed::contains(ar.summary(), "hierarchical"), ar.summary());
   }
   GS_CHECK(gs::testbed::same_on_all_ranks(hashes));
+}
+
+GS_MPI_TEST("network tuning: flat ring/halving_doubling/tree keep a step's receives in flight",
+            180) {
+  // network_hint::yes: the algorithms run as across hosts (every receive of a step
+  // posted at once, no huge-page staging off-host) while the ranks share this host.
+  gs::transport::mpi t(MPI_COMM_WORLD, {.network = gs::transport::network_hint::yes});
+  GS_CHECK(t.crosses_network());
+  GS_CHECK(gs::algo::tuning::inflight_segments(t, 37, 4) == 37);
+  std::vector<std::uint64_t> hashes;
+  for (std::size_t count : {std::size_t{1}, std::size_t{9001}, (std::size_t{3} << 20) + 11}) {
+    auto one = [&]<class A, class T, class Op>() {
+      std::vector<T> v(count);
+      gs::testing::fill_inputs(std::span<T>(v), Op::id, t.rank(), t.size());
+      gs::allreduce<A>(t, std::span<T>(v), Op{});
+      const std::size_t wrong = gs::testing::count_wrong(std::span<const T>(v), Op::id, t.size());
+      GS_CHECK_MSG(wrong == 0, std::string(A::name) + ": " + std::to_string(wrong) + " wrong of " +
+                                   std::to_string(count));
+      hashes.push_back(gs::testing::fnv1a64(v.data(), v.size() * sizeof(T)));
+    };
+    one.template operator()<gs::algo::ring, float, gs::op::sum_t>();
+    one.template operator()<gs::algo::halving_doubling, double, gs::op::avg_t>();
+    one.template operator()<gs::algo::tree, std::int32_t, gs::op::max_t>();
+  }
+  GS_CHECK(gs::testbed::same_on_all_ranks(hashes));
+  // Detected by default: every rank of this job shares one host.
+  gs::transport::mpi plain(MPI_COMM_WORLD);
+  GS_CHECK(!plain.crosses_network());
+  for (std::size_t r = 0; r < world_size(); ++r) GS_CHECK(plain.same_host(r));
+}
+
+GS_MPI_TEST("network tuning: hierarchical pipelines pieces across the inter-node level", 180) {
+  if (world_size() % 2) GS_SKIP("needs an even rank count");
+  two_level t =
+      gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, static_cast<int>(world_rank() / 2),
+                                        {.network = gs::transport::network_hint::yes});
+  GS_CHECK(t.crosses_network());  // network_hint::yes, even with one node
+  GS_CHECK(t.pipelines());        // MPI_THREAD_MULTIPLE here
+  std::vector<std::uint64_t> hashes;
+  // 8 MiB + 1 element: 2 pieces, the last one longer; 40 MiB: 8 pieces.
+  for (std::size_t count : {(std::size_t{2} << 20) + 1, std::size_t{10} << 20}) {
+    GS_CHECK(gs::algo::tuning::hierarchical_pieces(count * sizeof(float), true) ==
+             (count == (std::size_t{2} << 20) + 1 ? 2u : 8u));
+    std::vector<float> v(count);
+    gs::testing::fill_inputs(std::span<float>(v), gs::reduce_op::avg, t.rank(), t.size());
+    gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(v), gs::op::avg);
+    std::size_t wrong =
+        gs::testing::count_wrong(std::span<const float>(v), gs::reduce_op::avg, t.size());
+    GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong of " + std::to_string(count));
+    hashes.push_back(gs::testing::fnv1a64(v.data(), v.size() * sizeof(float)));
+    std::vector<std::int64_t> w(count / 4);
+    gs::testing::fill_inputs(std::span<std::int64_t>(w), gs::reduce_op::sum, t.rank(), t.size());
+    gs::allreduce<gs::algo::hierarchical<gs::algo::native>>(t, std::span<std::int64_t>(w),
+                                                            gs::op::sum);
+    wrong =
+        gs::testing::count_wrong(std::span<const std::int64_t>(w), gs::reduce_op::sum, t.size());
+    GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong (native, int64)");
+    hashes.push_back(gs::testing::fnv1a64(w.data(), w.size() * sizeof(std::int64_t)));
+  }
+  GS_CHECK(gs::testbed::same_on_all_ranks(hashes));
+}
+
+GS_MPI_TEST("network tuning: a failing inter-node piece fails the call on every rank", 120) {
+  if (world_size() != 4) GS_SKIP("needs 4 ranks");
+  two_level t =
+      gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, static_cast<int>(world_rank() / 2),
+                                        {.network = gs::transport::network_hint::yes});
+  GS_REQUIRE(t.pipelines());
+  // Rank 3 (node 1) skips the call: node 0's pieces time out across nodes, and rank 2,
+  // waiting for its node-mate inside the node, times out too. Nobody hangs.
+  gs::call_options opt;
+  opt.timeout = gs::seconds_d(3);
+  opt.check = false;  // the data phase itself must fail, not the argument check
+  std::vector<float> v(std::size_t{4} << 20, 1.0f);
+  if (world_rank() != 3) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string msg = GS_CHECK_ERROR(
+        gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(v), gs::op::sum, opt),
+        gs::errc::timeout);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    GS_CHECK_MSG(s < 10, "took " + std::to_string(s) + " s");
+    (void)msg;
+  }
+  gs::testbed::keep_until_exit(std::move(t));
 }

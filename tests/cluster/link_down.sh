@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A host's link goes down mid-step (tests/cluster/link_down.cpp runs allreduces over
+# 2 hosts x 2 ranks with GRADSYNC_TIMEOUT=5): every rank on both sides must report
+# timeout or peer_lost naming world ranks and hosts, within the deadline, and the whole
+# job must end by itself (transport::abort_job) within a bound.
+#   link_down.sh FLAVOUR PROGRAM
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+vc=$root/scripts/vcluster
+why=$("$vc" check) || { echo "$why"; exit 77; }
+flavour=${1:?flavour}
+prog=${2:?link_down program}
+fail() { echo "FAIL: $*" >&2; exit 1; }
+out=$(mktemp -d /tmp/link_down.XXXXXX)
+trap '"$vc" down >/dev/null 2>&1; rm -rf "$out"' EXIT
+"$vc" up 2 >/dev/null || fail "vcluster up"
+export GRADSYNC_TIMEOUT=5 UCX_LOG_LEVEL=fatal
+start=$(date +%s.%N)
+"$vc" run --mpi "$flavour" --hosts 2 --ppn 2 --timeout 120 -- "$prog" "$out" 0 \
+  >"$out/job.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do  # every rank has completed calls: the job runs across both hosts
+  [ "$(cat "$out"/rank*.txt 2>/dev/null | grep -c '^started')" = 4 ] && break
+  kill -0 $job 2>/dev/null || { cat "$out/job.log"; fail "the job ended before the link went down"; }
+  sleep 0.1
+done
+[ "$(cat "$out"/rank*.txt | grep -c '^started')" = 4 ] || fail "the ranks did not start"
+ip -n gsB link set eth0 down
+cut=$(date +%s.%N)
+wait $job
+rc=$?
+end=$(date +%s.%N)
+took=$(awk -v a="$cut" -v b="$end" 'BEGIN{printf "%.1f", b-a}')
+echo "job exit status $rc, ended $took s after the link went down (deadline 5 s)"
+for r in 0 1 2 3; do
+  line=$(grep '^error' "$out/rank$r.txt" || true)
+  echo "rank $r: ${line:-(no error recorded)}"
+  [ -n "$line" ] || fail "rank $r recorded no error"
+  [[ $line == *"code=timeout"* || $line == *"code=peer_lost"* ]] || fail "rank $r: not timeout/peer_lost"
+  t=$(sed -n 's/.* t=\([0-9.]*\) .*/\1/p' <<<"$line")
+  after=$(awk -v a="$cut" -v b="$t" 'BEGIN{printf "%.1f", b-a}')
+  awk -v x="$after" 'BEGIN{exit !(x < 20)}' || fail "rank $r reported the cut $after s after it (deadline 5 s)"
+  [[ $line == *" on gs"[AB]* ]] || fail "rank $r: the message names no host"
+done
+[ $rc -ne 0 ] || fail "the job exited 0 after a failure"
+awk -v t="$took" 'BEGIN{exit !(t < 40)}' || fail "the job took $took s to end after the link went down"
+echo "PASS: every rank reported the cut and the job ended in $took s"
