@@ -54,6 +54,7 @@ struct options {
   std::string csv;                           ///< --csv
   std::size_t stream_bytes = 64u << 20;      ///< --stream-bytes: each of a, b, c per rank
   std::string gloo_algos = "ring_chunked,halving_doubling";  ///< --gloo-algos
+  std::string gloo_iface;            ///< --gloo-iface: Gloo's network interface (default 127.0.0.1)
   bool corrupt = false;              ///< --self-test-corrupt: spoil one checked element
   std::size_t require_gradsync = 0;  ///< --require-gradsync: fail if fewer tables ran
 };
@@ -184,6 +185,8 @@ inline const char* usage_text() {
          "                 when not under mpirun), default 2\n"
          "  --peers L      comma list of mpi, gloo, stream, or all (default none)\n"
          "  --gloo-algos L ring_chunked,halving_doubling (default both)\n"
+         "  --gloo-iface I Gloo's TCP device on interface I (e.g. eth0 across hosts;\n"
+         "                 default: 127.0.0.1, one host)\n"
          "  --stream-bytes SIZE  array size per rank of the STREAM probe, default 64M\n"
          "  --agree 0|1    gradsync's cross-rank argument check per call, default 1\n"
          "  --verify 0|1   gradsync's result verification per call (hash + exchange),\n"
@@ -258,6 +261,8 @@ inline options parse_options(int argc, char** argv) {
       o.node_ranks = parse_count(need(i));
     else if (a == "--peers")
       o.peers = split_list(need(i));
+    else if (a == "--gloo-iface")
+      o.gloo_iface = need(i);
     else if (a == "--gloo-algos")
       o.gloo_algos = need(i);
     else if (a == "--stream-bytes")

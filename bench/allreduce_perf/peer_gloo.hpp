@@ -59,10 +59,16 @@ const gloo::ReductionFunction<T>* gloo_fn() {
 }
 }  // namespace detail
 
-/// Connects a Gloo context over TCP on 127.0.0.1 for rank g.rank() of g.size().
-inline std::shared_ptr<gloo::Context> gloo_connect(group& g, gloo::rendezvous::Store& store) {
+/// Connects a Gloo context over TCP for rank g.rank() of g.size(): on interface `iface`
+/// (across hosts), or on 127.0.0.1 when it is empty.
+inline std::shared_ptr<gloo::Context> gloo_connect(group& g, gloo::rendezvous::Store& store,
+                                                   const std::string& iface = {}) {
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
+  if (iface.empty()) {
+    attr.hostname = "127.0.0.1";
+  } else {
+    attr.iface = iface;
+  }
   auto dev = gloo::transport::tcp::CreateDevice(attr);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(g.rank()),
                                                          static_cast<int>(g.size()));
@@ -74,7 +80,7 @@ inline std::shared_ptr<gloo::Context> gloo_connect(group& g, gloo::rendezvous::S
 /// Sweeps Gloo's allreduce algorithms named in o.gloo_algos (collective over g).
 inline std::uint64_t run_gloo_peer(group& g, gloo::rendezvous::Store& store, const options& o,
                                    csv_writer& csv, const std::string& mpi_name) {
-  std::shared_ptr<gloo::Context> ctx = gloo_connect(g, store);
+  std::shared_ptr<gloo::Context> ctx = gloo_connect(g, store, o.gloo_iface);
   std::uint64_t wrong = 0;
   for (const std::string& algo : split_list(o.gloo_algos)) {
     if (algo != "ring_chunked" && algo != "halving_doubling") {
