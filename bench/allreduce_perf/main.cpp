@@ -6,6 +6,8 @@
 //   mpirun -np 2 allreduce_perf_openmpi --transport shm,mpi --peers all (processes)
 #ifdef GRADSYNC_BENCH_MPI
 #include <mpi.h>
+
+#include "gradsync/transport/mpi_exit.hpp"
 #endif
 
 #include <unistd.h>
@@ -217,11 +219,9 @@ int main(int argc, char** argv) {
     int r = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
     std::fprintf(stderr, "allreduce_perf: rank %d: %s\n", r, e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 3);
+    gs::transport::abort_job(MPI_COMM_WORLD, 3);
   }
-  MPI_Finalize();
-  return status;
+  return gs::transport::finalize_job(status);
 #else
   try {
     return run_threads(o);

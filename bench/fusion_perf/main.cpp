@@ -33,6 +33,7 @@
 #include <mpi.h>
 
 #include <gradsync/transport/mpi.hpp>
+#include <gradsync/transport/mpi_exit.hpp>
 #include <gradsync/transport/shm_mpi.hpp>
 
 #include "../common/mpi_group.hpp"
@@ -250,11 +251,11 @@ int main(int argc, char** argv) {
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "fusion_perf rank %zu: %s\n", g.rank(), e.what());
-      MPI_Abort(MPI_COMM_WORLD, 3);
+      gs::transport::abort_job(MPI_COMM_WORLD, 3);
     }
     if (g.rank() == 0) rc = report(rows, o, g.size());
   }
-  MPI_Finalize();
+  rc = gs::transport::finalize_job(rc);
 #else
   for (const auto& name : o.transports) {
     if (name != "local") {

@@ -72,6 +72,26 @@ TEST_CASE("auto_select table: well-formed rows, none shadowed by an earlier one"
   CHECK(gs::algo::auto_choose(std::size_t{1} << 40, 4) == gs::algo::auto_choice::ring);
 }
 
+TEST_CASE("auto_select network table: well-formed rows, 2 ranks always ring") {
+  for (const auto& rule : gs::algo::tuning::auto_rules_network) {
+    CAPTURE(rule.min_ranks);
+    CAPTURE(rule.max_bytes);
+    CHECK(rule.min_ranks <= rule.max_ranks);
+    CHECK(gs::algo::auto_choose(rule.max_bytes, rule.min_ranks, true) == rule.algo);
+  }
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{32} << 10, std::size_t{64} << 20}) {
+    CHECK(gs::algo::auto_choose(bytes, 2, true) == gs::algo::auto_choice::ring);
+  }
+  CHECK(gs::algo::auto_choose(std::size_t{64} << 10, 4, true) == gs::algo::auto_choice::tree);
+  CHECK(gs::algo::auto_choose(std::size_t{4} << 20, 4, true) == gs::algo::auto_choice::ring);
+  // The same call on one host goes by the other table.
+  CHECK(gs::algo::auto_choose(std::size_t{32} << 10, 4, true) ==
+        gs::algo::auto_choice::halving_doubling);
+  CHECK(gs::algo::auto_choose(std::size_t{32} << 10, 5, false) == gs::algo::auto_choice::tree);
+  CHECK(gs::algo::auto_choose(std::size_t{32} << 10, 5, true) ==
+        gs::algo::auto_choice::halving_doubling);
+}
+
 TEST_CASE("auto_select logs its choice on every rank and gives exact results") {
   REQUIRE(gs::log_enabled(gs::log_level::debug));
   gs::testbed::watchdog wd(120, "auto_select log");

@@ -1,5 +1,6 @@
 // algo::auto_select — picks ring, tree or halving_doubling per call from the message
-// size and the rank count, using the small table below. The choice depends only on
+// size and the rank count, using the small tables below (one for ranks on one host, one
+// for ranks across a network: the transport's crosses_network()). The choice depends only on
 // (count * sizeof(T), n), which every rank agrees on (the consistency header checks
 // count and type), so every rank runs the same algorithm. The choice is logged at
 // GRADSYNC_LOG=debug, e.g. "auto_select: 4194304 bytes, 4 ranks -> ring".
@@ -15,6 +16,7 @@
 #include "gradsync/algorithm/halving_doubling.hpp"
 #include "gradsync/algorithm/ring.hpp"
 #include "gradsync/algorithm/tree.hpp"
+#include "gradsync/algorithm/tuning.hpp"
 #include "gradsync/core/log.hpp"
 #include "gradsync/transport/concept.hpp"
 
@@ -69,16 +71,33 @@ inline constexpr auto_rule auto_rules[] = {
     // 2 cores), tree's log-depth latency assumed to win the same range.
     {3, any_size, 128 << 10, auto_choice::tree},
 };
+/// Selection table for transports whose ranks span hosts (crosses_network()); past every
+/// row: ring. Measured with allreduce_perf over transport::mpi across simulated hosts
+/// (scripts/vcluster, 1 rank per host, Open MPI, medians of 10; docs/cluster.md), ring /
+/// tree / halving_doubling in microseconds at 1 Gbit/s; 10 Gbit/s. 2 ranks: within 10 %
+/// up to 32 KiB (8 B: 78.5/81.1/81.4; 42.7/44.8/43.0), ring from 128 KiB (2 MiB:
+/// 17522/22556/27715; 1956/2914/2942), so ring.
+inline constexpr auto_rule auto_rules_network[] = {
+    // 4 ranks, 512 B-32 KiB: 1284/1070/940, 1104/1339/987; 1296/1006/879, 1299/1125/1179.
+    {3, 8, 32 << 10, auto_choice::halving_doubling},
+    // 4 ranks, 128 KiB: 1705/2048/1758; 1577/1347/1865. From 512 KiB ring (6504/10041/6785).
+    {3, any_size, 128 << 10, auto_choice::tree},
+};
 }  // namespace tuning
 
-/// The table's answer for `bytes` bytes on `ranks` ranks (ring when no row matches).
-inline constexpr auto_choice auto_choose(std::size_t bytes, std::size_t ranks) {
-  for (const auto_rule& rule : tuning::auto_rules) {
-    if (ranks >= rule.min_ranks && ranks <= rule.max_ranks && bytes <= rule.max_bytes) {
-      return rule.algo;
+/// The table's answer for `bytes` bytes on `ranks` ranks (ring when no row matches);
+/// `network`: the ranks span hosts (tuning::auto_rules_network).
+inline constexpr auto_choice auto_choose(std::size_t bytes, std::size_t ranks,
+                                         bool network = false) {
+  const auto pick = [&](const auto& rules) {
+    for (const auto_rule& rule : rules) {
+      if (ranks >= rule.min_ranks && ranks <= rule.max_ranks && bytes <= rule.max_bytes) {
+        return rule.algo;
+      }
     }
-  }
-  return auto_choice::ring;
+    return auto_choice::ring;
+  };
+  return network ? pick(tuning::auto_rules_network) : pick(tuning::auto_rules);
 }
 
 struct auto_select {
@@ -97,13 +116,13 @@ struct auto_select {
   static constexpr std::size_t one_shot_max_bytes = 256 << 10;
 
   /// The algorithm run() uses for `bytes` over `n` ranks of Tr (for statistics and
-  /// logs; run() decides with the same rules).
+  /// logs; run() decides with the same rules); `network`: Tr's crosses_network().
   template <class Tr>
-  static std::string_view choice(std::size_t bytes, std::size_t n) {
+  static std::string_view choice(std::size_t bytes, std::size_t n, bool network = false) {
     if constexpr (direct_on<Tr>) {
       return bytes <= one_shot_max_bytes ? direct_one_shot::name : direct_two_shot::name;
     } else {
-      return auto_choice_name(auto_choose(bytes, n));
+      return auto_choice_name(auto_choose(bytes, n, network));
     }
   }
 
@@ -132,10 +151,11 @@ struct auto_select {
       if (one) return direct_one_shot::run(t, data, op, ctx);
       return direct_two_shot::run(t, data, op, ctx);
     }
-    const auto_choice c = auto_choose(bytes, n);
+    const bool network = tuning::crosses_network(t);
+    const auto_choice c = auto_choose(bytes, n, network);
     if (log_enabled(log_level::debug)) {
-      log(log_level::debug, t.rank(), "auto_select: %zu bytes, %zu ranks -> %s", bytes, n,
-          auto_choice_name(c).data());
+      log(log_level::debug, t.rank(), "auto_select: %zu bytes, %zu ranks%s -> %s", bytes, n,
+          network ? " across hosts" : "", auto_choice_name(c).data());
     }
     switch (c) {
       case auto_choice::tree:

@@ -22,6 +22,7 @@
 
 #include "gradsync/algorithm/concept.hpp"
 #include "gradsync/algorithm/hierarchical.hpp"
+#include "gradsync/algorithm/tuning.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/compression/concept.hpp"
 #include "gradsync/core/async.hpp"
@@ -246,7 +247,8 @@ class batch_runner {
                   }) {
       std::vector<std::pair<std::string_view, std::size_t>> counts;
       for (const auto& k : p.buckets) {
-        const std::string_view c = Algorithm::template choice<Transport>(k.bytes(), t_.size());
+        const std::string_view c = Algorithm::template choice<Transport>(
+            k.bytes(), t_.size(), algo::tuning::crosses_network(t_));
         auto it = std::find_if(counts.begin(), counts.end(), [&](auto& e) { return e.first == c; });
         if (it == counts.end()) {
           counts.emplace_back(c, 1);
