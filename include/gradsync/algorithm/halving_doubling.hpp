@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <span>
@@ -116,7 +117,16 @@ struct halving_doubling {
     template <bool Reduce>
     void run(std::size_t peer, const T* src, std::size_t sn, T* dst, std::size_t rn) {
       using req_t = typename Tr::request;
-      std::vector<req_t> sreq(k), rreq(k);
+      // Inside a host the window fits on the stack (no allocation per exchange of a
+      // latency-bound call); across a network it can hold a whole step.
+      std::array<req_t, tuning::hd_inflight> s_small, r_small;
+      std::vector<req_t> s_big, r_big;
+      if (k > tuning::hd_inflight) {
+        s_big.resize(k);
+        r_big.resize(k);
+      }
+      req_t* const sreq = k > tuning::hd_inflight ? s_big.data() : s_small.data();
+      req_t* const rreq = k > tuning::hd_inflight ? r_big.data() : r_small.data();
       const std::size_t ms = detail::segments(sn, seg), mr = detail::segments(rn, seg);
       auto rlen = [&](std::size_t j) { return std::min(seg, rn - j * seg); };
       auto post_recv = [&](std::size_t j) {

@@ -12,9 +12,13 @@
 //
 // Sends of 16 KiB to 2 MiB to a rank on the same host go out from a copy in huge-page
 // memory the transport keeps (mpi_stage.hpp; mpi_options::stage_limit_bytes, 0 turns it
-// off): on one host the MPI has the receiver copy them with process_vm_readv, which pins the
-// sender's pages, and from huge pages that read runs 3-4x faster. As with any send, keep the buffer
-// unchanged until wait() returns (unstaged sends read it until then).
+// off): on one host the MPI has the receiver copy them with process_vm_readv, which pins
+// the sender's pages, and from huge pages that read runs 3-4x faster. As with any send,
+// keep the buffer unchanged until wait() returns (unstaged sends read it until then).
+//
+// Across hosts (crosses_network(), found at construction with MPI_COMM_TYPE_SHARED) the
+// ring and halving_doubling keep every receive of a step in flight, and errors name the
+// job's ranks (MPI_COMM_WORLD) and their hosts (docs/cluster.md).
 //
 // Like MPI_Comm_free, destroying a transport is collective in spirit: destroy it once
 // every rank's last call on it has returned. After a timeout a late peer may still
@@ -436,42 +440,39 @@ class mpi {
   // rank of r's host; then network_ per mpi_options::network; and every rank's rank in
   // MPI_COMM_WORLD and host name, for error messages.
   void find_hosts() {
-    struct who {
-      int world;
-      char host[48];
-    } me_who{}, *all_who = nullptr;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me_who.world);
-    char name[MPI_MAX_PROCESSOR_NAME] = {};
-    int len = 0;
-    MPI_Get_processor_name(name, &len);
-    std::memcpy(me_who.host, name,
-                std::min<std::size_t>(static_cast<std::size_t>(len), sizeof me_who.host - 1));
-    std::vector<who> whos(size_);
-    all_who = whos.data();
-    detail::check_mpi(
-        MPI_Allgather(&me_who, sizeof(who), MPI_BYTE, all_who, sizeof(who), MPI_BYTE, comm_),
-        "MPI_Allgather", {});
-    world_.resize(size_);
-    names_.resize(size_);
-    int world_size = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    sub_group_ = static_cast<std::size_t>(world_size) != size_;
-    for (std::size_t r = 0; r < size_; ++r) {
-      world_[r] = static_cast<std::size_t>(whos[r].world);
-      names_[r] = whos[r].host;
-      sub_group_ = sub_group_ || world_[r] != r;
-    }
     MPI_Comm node = MPI_COMM_NULL;
     detail::check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
                       "MPI_Comm_split_type", {});
-    int me = static_cast<int>(rank_), leader = 0;
-    const int rc = MPI_Allreduce(&me, &leader, 1, MPI_INT, MPI_MIN, node);
+    struct who {
+      int world = 0, leader = 0;  // rank in MPI_COMM_WORLD; lowest rank here on its host
+      char host[48] = {};
+    } me;
+    const int here = static_cast<int>(rank_);
+    const int rc = MPI_Allreduce(&here, &me.leader, 1, MPI_INT, MPI_MIN, node);
     MPI_Comm_free(&node);
     detail::check_mpi(rc, "MPI_Allreduce", {});
-    std::vector<int> all(size_);
-    detail::check_mpi(MPI_Allgather(&leader, 1, MPI_INT, all.data(), 1, MPI_INT, comm_),
-                      "MPI_Allgather", {});
-    host_.assign(all.begin(), all.end());
+    MPI_Comm_rank(MPI_COMM_WORLD, &me.world);
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    std::memcpy(me.host, name,
+                std::min<std::size_t>(static_cast<std::size_t>(len), sizeof me.host - 1));
+    std::vector<who> all(size_);
+    detail::check_mpi(
+        MPI_Allgather(&me, sizeof(who), MPI_BYTE, all.data(), sizeof(who), MPI_BYTE, comm_),
+        "MPI_Allgather", {});
+    int world_size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    sub_group_ = static_cast<std::size_t>(world_size) != size_;
+    host_.resize(size_);
+    world_.resize(size_);
+    names_.resize(size_);
+    for (std::size_t r = 0; r < size_; ++r) {
+      host_[r] = static_cast<std::uint32_t>(all[r].leader);
+      world_[r] = static_cast<std::size_t>(all[r].world);
+      names_[r] = all[r].host;
+      sub_group_ = sub_group_ || world_[r] != r;
+    }
     const bool spans =
         std::any_of(host_.begin(), host_.end(), [&](std::uint32_t h) { return h != host_[0]; });
     network_ = opt_.network == network_hint::yes || (opt_.network == network_hint::detect && spans);
