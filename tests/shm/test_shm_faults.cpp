@@ -322,3 +322,46 @@ TEST_CASE("shm: bootstrap errors are reported, and leave nothing in /dev/shm") {
   }
   CHECK_FALSE(gs::testbed::segment_exists(job));
 }
+
+TEST_CASE("shm: the spin policy drops the long spin when waits outlast it, and probes again") {
+  using gradsync::transport::detail::spin_budget;
+  using gradsync::transport::detail::spin_policy;
+  using std::chrono::microseconds;
+  spin_policy p(spin_budget{std::chrono::milliseconds(2), 16});
+  auto brief_waits = [&] {  // waits until the next probe with the long spin
+    std::size_t n = 0;
+    for (; p.brief(); ++n) {
+      CHECK(p.next().spin == microseconds(5));
+      p.outcome(false);  // ignored: a brief wait says nothing about the long spin
+    }
+    return n;
+  };
+  CHECK(p.next().spin == std::chrono::milliseconds(2));
+  p.outcome(true);
+  p.next();
+  p.outcome(false);  // one long wait: maybe a late peer
+  CHECK_FALSE(p.brief());
+  p.next();
+  p.outcome(false);  // two in a row: spinning does not pay here
+  CHECK(brief_waits() == 64);
+  for (int probe = 0; probe < 2; ++probe) {
+    p.next();
+    p.outcome(false);
+  }
+  CHECK(brief_waits() == 128);  // the probes failed: back off
+  p.next();
+  p.outcome(true);  // a probe that ends while spinning resets the backoff
+  CHECK_FALSE(p.brief());
+  for (int probe = 0; probe < 2; ++probe) {
+    p.next();
+    p.outcome(false);
+  }
+  CHECK(brief_waits() == 64);
+  for (int round = 0; round < 12; ++round) {
+    for (int probe = 0; probe < 2; ++probe) {
+      p.next();
+      p.outcome(false);
+    }
+    CHECK(brief_waits() <= 4096);  // capped
+  }
+}
