@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gradsync's rows: every algorithm named on the command line, over one transport.
 // To add an algorithm: include its header below and add one line to with_algorithm().
 // Headers another component has not landed yet are skipped (__has_include), so the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // allreduce_perf: nccl-tests-style sweep of gradsync's transports x algorithms, measured
 // in the same run as the peers a user would pick instead (MPI_Allreduce, Gloo) and a
 // STREAM-like probe that gives the memory-bound limit. See docs/performance.md.

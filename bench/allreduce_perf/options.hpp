@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // allreduce_perf's command line (nccl-tests' flags plus transport/algorithm/peer choice).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Peer: Gloo's allreduce_ring_chunked and allreduce_halving_doubling over TCP loopback
 // (Debian's libgloo-dev). The caller provides the rendezvous store: a HashStore shared
 // by threads, or a FileStore in a directory every process can see.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Peer: MPI_Allreduce of the MPI this binary was built against (in place). half and
 // bfloat16 have no MPI datatype, so they travel as 16-bit words reduced by a user op
 // (what an application on this MPI would have to do); avg is MPI_SUM then a divide.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Probe: a STREAM-like "add" kernel (c[i] = a[i] + b[i], doubles) run by every rank at
 // once, giving the aggregate DRAM bandwidth B the ranks can draw together; from it the
 // memory-bound limits of a host allreduce at this rank count (docs/performance.md

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gradsync rows, one translation unit per transport (rows_local.cpp, rows_shm.cpp,
 // rows_mpi.cpp, rows_two_level.cpp) so that they compile in parallel; main.cpp only sees these
 // declarations.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gradsync rows over transport::local (threads as ranks).
 #include "gradsync/transport/local.hpp"
 #include "gradsync_rows.hpp"

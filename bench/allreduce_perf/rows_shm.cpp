@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gradsync rows over transport::shm, bootstrapped from an MPI communicator.
 #include <mpi.h>
 #include <unistd.h>

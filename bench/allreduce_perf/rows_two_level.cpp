@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gradsync rows over transport::two_level<shm, mpi> (algo::hierarchical): shm inside each
 // node, mpi across nodes. Nodes are the hosts, or --node-ranks K consecutive ranks (to
 // try a multi-node layout on one host: the same memory then carries both levels).

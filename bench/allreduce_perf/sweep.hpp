@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The measurement loop, written once for every implementation (gradsync rows and peers):
 // per size, warm up, time each iteration between barriers, keep the slowest rank's time
 // per iteration, report the median, and count wrong elements from exact inputs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mpi_peer: MPI_Allreduce of the MPI this binary was built against, as bench/cluster_compare
 // times it beside gradsync across simulated hosts: float sum, out of place (Open MPI
 // 4.1's coll/han fails in place), every size checked on exactly representable inputs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fast versions of testing::fill_inputs / count_wrong for large benchmark buffers.
 // exact_inputs.hpp's values depend on the element index only through i mod 7, 3, 5, 97,
 // 4 and 11, so they repeat with period 7*3*5*97*4*11 = 448140: one period is computed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The benchmark's view of "the ranks taking part": rank, size, a barrier and the few
 // collectives the harness itself needs (elementwise max of timings, sums of #wrong).
 // Implemented over threads of one process (thread_group) and over an MPI communicator

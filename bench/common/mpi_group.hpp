@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench::group over an MPI communicator (the processes launched by mpirun).
 #pragma once
 

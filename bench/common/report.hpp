@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Benchmark results: one row per (implementation, size), printed as an nccl-tests-style
 // table and appended to a CSV file. Shared by the allreduce benchmarks.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fusion_perf: what tensor fusion and overlap buy on real models' gradient lists.
 //
 //   fusion_perf [--ranks 2] [--reps 7] [--reps-small 21] [--models small,resnet50,bert]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The measurements of fusion_perf, written once against any transport: a model's
 // gradients synchronized unfused (one allreduce per tensor), fused in packed buckets of
 // several sizes, as one grouped call, and zero-copy; and a synthetic backward pass

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gradient tensor lists of real models, in registration (forward) order, as element
 // counts of float32 tensors: ResNet-50 (torchvision layout: 161 parameter tensors,
 // 25,557,032 parameters), BERT-base (embeddings, 12 encoder layers of 16 tensors, pooler:

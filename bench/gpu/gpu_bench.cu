@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU benchmarks for bench/gpu_check.sh (one binary, three modes):
 //   gpu_bench kernels [MiB]   D2D copy vs reduce-into (float, bf16) and casts, GB/s
 //   gpu_bench ipc N           cuda_ipc allreduce, N processes on GPU 0: #wrong, busbw

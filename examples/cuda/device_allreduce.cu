@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The smallest CUDA program: two processes on one GPU average a bfloat16 "gradient" that
 // lives in device memory, with transport::cuda_ipc and algo::native (one-shot/two-shot
 // kernels reading the peer's buffer). No MPI needed: fork_group bootstraps the handles.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // hello_allreduce: 4 in-process ranks each hold a vector; one ring allreduce later every
 // rank holds the same sum. Run: build/examples/hello_allreduce/hello_allreduce [ranks]
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoints: model, optimizer state (momentum), RNG state, data position and the
 // running epoch statistics, in one self-checking file. Written atomically: a temporary
 // file in the same directory, fsync, rename to ckpt-<global step>.bin, fsync of the

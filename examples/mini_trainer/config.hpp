@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Command-line flags of the mini-trainer and their validation. Every flag that changes
 // the arithmetic (model shape, global batch, seed, exact mode) is also recorded in the
 // checkpoint, so a resume with different values is refused with a message naming both.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fashion-MNIST from gzip IDX files (Debian's dataset-fashion-mnist package). Every
 // failure names the file and what was wrong with it: missing, unreadable, not gzip,
 // truncated, wrong magic, wrong dimensions, labels out of range, counts that disagree.

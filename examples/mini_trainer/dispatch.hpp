@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Flags -> compile-time instantiations. For a transport Tr, table<Tr>() lists one entry
 // per (--algo, --fusion, --bucket-mb) choice that composes with Tr, each holding a
 // factory for the matching gradient_sync instantiation. Adding an algorithm is one line

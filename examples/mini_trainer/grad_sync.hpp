@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How the trainer's gradients reach gradsync: one class per fusion policy, each taking
 // the gradient tensors (spans into one flat arena) and averaging them across ranks.
 //   --fusion none   -> gradsync::allreduce<Algo>(t, tensor, op::avg) per tensor, after

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The launchers: each trains on the ranks of one transport and returns the final line
 // of every rank it ran. Each lives in its own translation unit, so that the
 // instantiations of the training loop for different transports compile in parallel.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --transport local: ranks are threads of this process (gradsync::transport::run_local).
 #include <string>
 #include <vector>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --transport shm: ranks are processes of this host sharing one POSIX segment. The
 // trainer loads the data once, then forks ranks 1..N-1 (they share the loaded data
 // copy-on-write); the parent is rank 0. Each child sends its final line -- or its

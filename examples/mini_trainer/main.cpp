@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mini_trainer: data-parallel training of an MLP on Fashion-MNIST with gradsync.
 //   build/examples/mini_trainer/mini_trainer --ranks 4 --epochs 2            (threads)
 //   build/examples/mini_trainer/mini_trainer --transport shm --ranks 2       (processes)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The model: a multi-layer perceptron (784-256-128-10 by default), ReLU, softmax
 // cross-entropy, SGD with momentum. Dense math goes through CBLAS (OpenBLAS, one thread
 // per rank). Parameters, gradients and momentum each live in one flat arena with the

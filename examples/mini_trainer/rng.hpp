@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The trainer's only source of randomness: xoshiro256** seeded through splitmix64. Its
 // whole state is four words, saved in every checkpoint; the data order of an epoch is a
 // Fisher-Yates shuffle drawn from it, so the order depends on the seed and the epoch

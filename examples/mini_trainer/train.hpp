@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The data-parallel training loop, written once against the transport concept and
 // instantiated per (transport, algorithm, fusion) by dispatch.hpp.
 //

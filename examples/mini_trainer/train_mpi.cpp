@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --transport mpi: the training loop instantiated for gradsync::transport::mpi.
 #include <string>
 

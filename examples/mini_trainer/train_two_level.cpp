@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --transport two_level: the training loop instantiated for two_level<shm, mpi>.
 #include <string>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The free-function entry points: allreduce<Algorithm>(transport, in, out, op) and the
 // in-place allreduce<Algorithm>(transport, data, op).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The façade: allreducer<Transport, Algorithm, Fusion, Compression> composes the four
 // policies into one object that keeps state across calls: the bucket plan of a model's
 // registered gradients, the background progress thread, statistics and the timeline.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compile-time configuration shared by every gradsync header.
 #pragma once
 

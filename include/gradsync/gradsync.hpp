@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Umbrella header: everything that compiles with a plain host compiler. MPI, NCCL and
 // CUDA pieces have their own headers (transport/mpi.hpp, transport/nccl.hpp, ...).
 #pragma once

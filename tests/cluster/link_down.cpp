@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fault half of suite 'cluster': every rank allreduces over two_level (shm inside a
 // host, mpi across) in a loop until tests/cluster/link_down.sh takes one host's link
 // down. Each rank then writes what it saw to $OUT/rank<R>.txt (the simulated hosts share

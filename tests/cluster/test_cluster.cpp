@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Suite 'cluster': the same job's ranks on several simulated hosts (scripts/vcluster:
 // network namespaces, TCP between hosts, shared memory inside one), 2 hosts x 2 ranks
 // and 2 + 1. Node discovery, the exact-result matrix (reduced) for flat transport::mpi

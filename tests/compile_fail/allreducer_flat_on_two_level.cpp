@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An allreducer over a transport::two_level takes algo::hierarchical only.
 #include <gradsync/allreducer.hpp>
 #include <gradsync/gradsync.hpp>

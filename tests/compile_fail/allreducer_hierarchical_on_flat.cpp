@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An allreducer with algo::hierarchical needs a transport::two_level.
 #include <gradsync/allreducer.hpp>
 #include <gradsync/gradsync.hpp>

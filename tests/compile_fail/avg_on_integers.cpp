@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // op::avg on an integer type must be rejected: integer division would hide truncation.
 #include <cstdint>
 #include <vector>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kernels::cast to an integer type must be rejected: a float that does not fit the
 // destination type is undefined behaviour when converted.
 #include <cstdint>

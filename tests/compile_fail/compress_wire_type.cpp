@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // compress::cast<Wire> with a Wire that is not a 16-bit float must be rejected, saying
 // which types it takes.
 #include <gradsync/gradsync.hpp>

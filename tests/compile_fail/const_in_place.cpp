@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The in-place overload writes its buffer: a span of const elements must be rejected.
 #include <vector>
 #include <gradsync/gradsync.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The direct (peer-memory) algorithms cannot run over MPI point-to-point.
 #include <vector>
 #include <gradsync/gradsync.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A transport::two_level runs algo::hierarchical only; a flat algorithm is refused.
 #include <vector>
 #include <gradsync/algorithm/hierarchical.hpp>

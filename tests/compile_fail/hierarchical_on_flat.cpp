@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::hierarchical needs a transport::two_level (a node's transport plus one across nodes).
 #include <vector>
 #include <gradsync/algorithm/hierarchical.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::native calls the transport's own allreduce; transport::local has none.
 #include <vector>
 #include <gradsync/gradsync.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An allreducer's fourth parameter must be a compression policy: a message names the ones
 // there are.
 #include <gradsync/gradsync.hpp>

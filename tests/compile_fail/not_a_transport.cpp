@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Passing something that is not a transport names the concept and the transports.
 #include <vector>
 #include <gradsync/gradsync.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An element type whose bytes cannot be copied between ranks must be rejected.
 #include <string>
 #include <vector>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An algorithm that reads peers' memory needs a peer-access transport (shm, cuda_ipc).
 #include <vector>
 #include <gradsync/gradsync.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kernels::scale on an integer type must be rejected: the float product converted back
 // to the integer type is undefined behaviour when it leaves the type's range.
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::two_level is for host memory; a device transport is refused with advice.
 #include <gradsync/algorithm/hierarchical.hpp>
 #include <gradsync/gradsync.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A trivially copyable type that is not one of the six element types must be rejected.
 #include <vector>
 #include <gradsync/gradsync.hpp>

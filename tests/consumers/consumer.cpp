@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A program outside the gradsync tree: 3 in-process ranks, one allreduce, exact check.
 #include <cstdio>
 #include <vector>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Measures ring / tree / halving_doubling on transport::local for the auto_select
 // table (algorithm/auto_select.hpp). Not a test: build it on demand with
 //   ninja -C <builddir> tests/core/measure_algorithms && <builddir>/tests/core/measure_algorithms

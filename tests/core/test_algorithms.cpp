@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Algorithm internals: the double binary tree's shape, scratch reuse across calls, the
 // pipelined paths (many segments, many ranks) that the matrix does not reach, and integer
 // wrap-around.

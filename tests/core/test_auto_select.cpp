@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::auto_select: the table answers deterministically, every rank logs the same
 // choice at GRADSYNC_LOG=debug, and the choice matches the table.
 #include <doctest/doctest.h>

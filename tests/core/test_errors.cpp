@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Failures on transport::local, for every algorithm: cross-rank mismatches (count, type,
 // op, algorithm) raise errc::mismatch on every rank naming the rank and both values; a
 // rank that never calls makes the others time out naming it; a rank that leaves makes

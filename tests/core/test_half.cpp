@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gradsync::half's conversions against an independent reference written with double
 // arithmetic (frexp/ldexp/nearbyint): every half pattern, the rounding ties around every
 // half, a strided sweep of the float patterns, and the vectorized host reduction over

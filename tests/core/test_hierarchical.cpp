@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::hierarchical over transport::two_level<local, local>: nodes x local ranks as
 // threads of one process, each node an in-process group and each local index another.
 // Exact results from exactly representable inputs and bitwise identity across all

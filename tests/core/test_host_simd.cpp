@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host reductions' AVX2 build (chosen at run time) against the generic SSE2 build:
 // bit-identical results for every element type and op, on random bit patterns (NaN,
 // infinities and subnormals included), every length around the 64-byte blocks and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The correctness matrix on transport::local: algorithms {ring, tree, halving_doubling,
 // auto_select} x element types x ops x ranks 1..8 x counts {0, 1, n-1, n, 1000003,
 // 2^20+7}, in place (aligned and at an odd element offset) and out of place (both spans

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::mpi's huge-page staging pool on its own (no MPI needed): size classes,
 // block placement, reuse, the slab limit, abandoned blocks and the disabled pool.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gradsync::runs_on_v: the compile-time "does A compose with Tr" answer agrees with what
 // the entry points accept (every pair it admits runs here, exactly; each pair it refuses
 // has a compile_fail test under tests/compile_fail naming the same rule), on flat,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Smoke test of the core: a ring allreduce on a few in-process ranks gives exact sums.
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Result verification (call_options::verify, GRADSYNC_VERIFY): the hash sees every bit,
 // verified calls stay exact, and a result corrupted on one rank (a deliberately faulty
 // algorithm) makes every rank throw errc::diverged naming the rank — for the free

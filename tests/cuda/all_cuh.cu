@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every .cuh header compiles under nvcc and instantiates for every element type.
 #include <gradsync/kernels/elementwise.cuh>
 #include <gradsync/kernels/ipc.cuh>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tiny harness for the CUDA tests that need a GPU: they must also build and run where
 // doctest is absent (bench/gpu_check.sh builds them with nvcc alone on the GPU machine).
 // GPU_REQUIRE_DEVICE() exits 77 (meson: skipped) with the reason when no GPU is usable.

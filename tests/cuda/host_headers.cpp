@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every host-side CUDA header compiles with the plain host compiler (no nvcc), and the
 // nccl native path instantiates from host code: this file only has to build.
 #include <gradsync/algorithm/native.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MPI-facing CUDA headers compile with the plain host compiler.
 #include <gradsync/algorithm/native.hpp>
 #include <gradsync/transport/cuda_ipc.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::cuda_ipc with 2 and 4 processes (fork_group) sharing GPU 0: one-shot and
 // two-shot (chunked through a small staging buffer) give exact results, bitwise
 // identical on every rank; a rank that skips a call makes its peer time out inside the

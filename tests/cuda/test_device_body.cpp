@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GPU kernels' thread bodies (kernels/device_body.hpp, device_pack.hpp) run on the CPU
 // through Thrust's CPP device system, compiled by the host compiler: the same head /
 // 16-byte-vector / tail split and the same functors the GPU runs, checked bitwise against

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The elementwise and pack kernels on a real GPU, checked bitwise against the host path:
 // reduce-into (every type and op, aligned and misaligned, fused avg), multi-source
 // reduce, casts over every 16-bit pattern and a sweep of float patterns (specials,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fork_group, the MPI-free bootstrap of transport::cuda_ipc, on the CPU: processes see
 // each other's allgather contributions, barriers hold, and exit statuses combine
 // (all 77 -> 77 skipped, any failure -> non-zero).

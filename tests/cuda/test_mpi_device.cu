@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::mpi_device on a GPU, 2 MPI ranks: the staged path (pinned host buffer,
 // worker thread, stream-ordered) and, when the MPI is CUDA-aware, the direct path give
 // exact results, bitwise identical on both ranks. Every rank exits 77 without a GPU.

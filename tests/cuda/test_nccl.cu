@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::nccl on a GPU: algo::native (ncclAllReduce) and algo::nccl_ring give exact
 // results; with two or more GPUs (or NCCL accepting two ranks on one GPU) the ring and
 // native run on 2 ranks, bitwise identical across ranks, and a rank that never joins a

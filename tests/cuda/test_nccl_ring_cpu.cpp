@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::nccl_ring's schedule on the CPU: the same run_device over transport::local
 // (threads as ranks) with host scratch standing in for device scratch and the host
 // executor standing in for the kernels. Checks the chunk arithmetic of both phases:

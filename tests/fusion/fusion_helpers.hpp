@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared pieces of the fusion tests: a small "model" (a list of tensor sizes), exact
 // inputs per tensor, and a digest of every tensor for cross-rank / cross-run equality.
 #pragma once

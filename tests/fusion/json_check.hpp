@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tiny JSON validator (RFC 8259 grammar, no semantics) and a helper that collects the
 // "name" values of a Chrome-trace file, for the timeline tests.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Asynchronous operation: handles, errors raised on the progress thread reaching
 // wait(), destruction with work in flight (peer that never calls), inline progress, the
 // progress thread's priority.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compression (compress::fp16, compress::bf16) in the allreducer: float and double
 // buckets travel as 16-bit floats (half the bytes on the wire, measured), the reduction
 // happens in that precision (a value half cannot hold comes back rounded), avg divides

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused, zero-copy, grouped and unfused-registered allreduces on in-process ranks:
 // exact results, bitwise identical across ranks and across runs, ready() in random
 // orders, plan mismatches named at registration.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fusion over the process transports: transport::mpi and transport::shm (bootstrapped
 // from MPI), run by mpirun with the MPI test harness of tests/mpi. Fused, zero-copy and
 // grouped results are exact and bitwise identical across ranks with ready() in a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The allreducer over a transport::two_level<local, local> with algo::hierarchical:
 // threads as ranks, placed in nodes. Bucket, zero-copy, grouped and compressed calls are
 // exact and identical on every rank; ready() in random orders; the plan check names the

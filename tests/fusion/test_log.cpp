@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GRADSYNC_LOG and GRADSYNC_TIMELINE from the environment (meson sets both for this
 // test): log lines carry the rank prefix and report the composition, the bucket plan
 // and timeouts; the timeline goes to the environment's path.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Observability: the Chrome-trace timeline is valid JSON with the expected events
 // (and none for packing in zero-copy mode); statistics and the summary line.
 #include <doctest/doctest.h>

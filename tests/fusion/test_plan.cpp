@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The static bucket plan: order, caps, per-type buckets, layout, digest.
 #include <doctest/doctest.h>
 

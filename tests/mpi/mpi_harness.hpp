@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The project's own small MPI test harness (Debian's doctest has no MPI extension).
 // Every rank runs every test case; each case runs under a watchdog; failures are
 // printed by the rank that saw them; rank 0 prints one line per case and a summary;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // main() of the MPI test executables: initializes MPI (MPI_THREAD_MULTIPLE requested),
 // runs the registered cases on every rank and exits with the code all ranks agreed on.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cross-rank mistakes on transport::mpi end quickly with the right error on every rank:
 // one rank with a different count, element type, op or algorithm -> errc::mismatch
 // naming the ranks and values; a rank that comes late -> errc::timeout on the others,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::hierarchical over two_level_from_mpi (shm inside a node, mpi across nodes):
 // "nodes" made of consecutive ranks (node_color) so a multi-node layout runs on one
 // host, and the real shared-memory split (one node here). Exact results and bitwise

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The correctness matrix on transport::mpi: every algorithm x element type x op
 // (avg for floating types only) x count {0, 1, n-1, n, 1000003, 2^20+7}, in place at
 // an odd element offset and out of place (input at offset 0, output at offset 1).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::mpi on its own: traits, isolation from user traffic, point-to-point,
 // splitting of long messages (lowered threshold and the real > INT_MAX path), the
 // huge-page staging of large sends, size mismatches, timeouts, split(), options, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A launcher for shm tests: forks N processes that bootstrap transport::shm from the
 // environment (GRADSYNC_SHM_RANK / _SIZE / _JOB), runs a body in each, and brings back
 // what each rank reported (labelled results, the error it ended with, its exit status)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Started by a launcher (mpirun of Open MPI or MPICH) with no GRADSYNC_SHM_* variable and
 // no MPI in the program: transport::shm::from_env() must find rank, size and job in the
 // launcher's variables. Every rank checks the source it expects (argv[1]), exact sums

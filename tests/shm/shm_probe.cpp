@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A quick, informal timing probe for transport::shm (not a test; bench/allreduce_perf
 // is the real benchmark): forks N ranks and prints the median time per allreduce of
 // float sum for each algorithm and size, plus a memcpy bandwidth probe run by all

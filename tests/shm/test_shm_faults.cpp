@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::shm under failure: a rank killed with SIGKILL mid-collective, a rank that
 // never calls (timeout), ranks that disagree on count or type (mismatch), bootstrap
 // errors; plus the segment's mode (0600) and its removal from /dev/shm.

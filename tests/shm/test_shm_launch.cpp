@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport/shm_launch.hpp: where shm::from_env() takes rank, size and job from —
 // GRADSYNC_SHM_*, else Open MPI's, MPICH Hydra's or Slurm's variables — and the refusal
 // of a launcher job that spans several hosts. The environment is a map handed to

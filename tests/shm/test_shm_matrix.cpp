@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The correctness matrix over transport::shm with 1..6 forked processes: every
 // algorithm (direct one-shot and two-shot, ring, and tree / halving_doubling /
 // auto_select when present), the 6 element types, every op, counts {0, 1, n-1, n,

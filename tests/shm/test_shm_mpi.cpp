@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::shm bootstrapped from MPI (shm_from_mpi): run by mpirun, every rank joins
 // the node-local shm group and runs a reduced correctness matrix; exact results and
 // bitwise identity are checked with MPI (hashes gathered to rank 0). Exit 0 = pass.

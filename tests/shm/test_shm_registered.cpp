@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Registered buffers of transport::shm (shm::allocate, the per-rank heap): direct
 // two-shot reads peers' vectors in place when every rank passes one. Results must be
 // exact, identical on every rank, and bitwise equal to the staged path's; a rank that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A deliberately faulty algorithm for the verification tests: algo::ring, then one bit
 // of the result flipped on one rank, so the ranks end with different bits.
 #pragma once

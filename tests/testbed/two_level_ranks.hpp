@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Threads as the ranks of a transport::two_level<local, local>: each rank is placed in a
 // node (its Intra group) and at a local index (its Inter group), both in-process groups.
 // Used by the hierarchical algorithm's tests and the allreducer's two-level tests.

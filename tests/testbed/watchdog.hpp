@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A watchdog for collective tests: if the test has not finished within `seconds`, it
 // prints what it was doing and exits the process with status 1, so a hang fails CI
 // instead of stalling it.

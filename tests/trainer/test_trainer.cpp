@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Unit tests of the mini-trainer's pieces on synthetic data (no data set needed):
 // exact gradients equal across 1/2/4 ranks and every algorithm/fusion, checkpoint
 // round trip and refusals, data-file errors, the shuffle.

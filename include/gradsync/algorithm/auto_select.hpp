@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::auto_select — picks ring, tree or halving_doubling per call from the message
 // size and the rank count, using the small tables below (one for ranks on one host, one
 // for ranks across a network: the transport's crosses_network()). The choice depends only on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What an algorithm is: a stateless policy that runs an in-place allreduce over any
 // transport it supports. Scratch memory comes from the transport's workspace.
 #pragma once

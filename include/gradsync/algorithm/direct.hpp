@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::direct_one_shot and algo::direct_two_shot — allreduce by reading the peers'
 // memory directly (transports satisfying peer_memory_transport: transport::shm).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::halving_doubling — Rabenseifner's allreduce: a recursive-halving reduce-scatter
 // (log2 p exchanges of halving size) then a recursive-doubling allgather (log2 p
 // exchanges of doubling size). Same bytes on the wire as the ring in far fewer steps,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::hierarchical<InterAlgo> — allreduce over a transport::two_level in three phases:
 //   1. reduce-scatter inside the node (ring over Intra): local rank l ends with one
 //      shard of the vector reduced over its node;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::native — the transport's own allreduce (MPI_Iallreduce for transport::mpi,
 // ncclAllReduce for transport::nccl) as a baseline for the other algorithms. The
 // transport declares the trait `native_allreduce = true` and provides the member

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::ring — reduce-scatter then allgather around a ring, 2(n-1) steps; each step is
 // cut into segments so that receiving segment j+1 overlaps reducing segment j, and a
 // reduced segment is forwarded as soon as it is final (detail/ring_pass.hpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gradsync::runs_on_v<A, Tr> — whether algorithm A composes with transport Tr, as a
 // compile-time value: the rules that check_composition, check_two_level_composition and
 // the device-memory allreduce enforce with static_assert, for code that instantiates

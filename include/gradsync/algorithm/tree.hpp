@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::tree — double binary tree allreduce (as NCCL does). The data is split in two
 // halves; half 0 is reduced up tree A to its root and broadcast back down A, half 1 does
 // the same on tree B, whose interior nodes are A's leaves (see detail/btree.hpp), so both

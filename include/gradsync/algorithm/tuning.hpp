@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tuning constants shared by the algorithms. Each entry records why it was chosen.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // compress::cast<Wire> (compress::fp16, compress::bf16): float and double gradients are
 // reduced as 16-bit floats, so every collective moves half the bytes (a quarter for
 // double). The allreducer converts each bucket to Wire before the collective and back

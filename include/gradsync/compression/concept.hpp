@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a compression policy is: which element type a tensor of each type travels as.
 // The allreducer (detail/allreducer_batch.hpp) converts a bucket to that type before the
 // collective and back after it; the policy itself is compile-time data.

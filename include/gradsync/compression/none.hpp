@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // compress::none — values go on the wire as they are.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Asynchronous operation: `pending` (the handle allreduce_async returns) and
 // `progress_thread` (the background thread an allreducer owns; it runs queued jobs in
 // order, so every rank issues its collectives in the same order as it queued them).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cross-rank consistency: before data moves, every rank learns every other rank's
 // (sequence number, count, element type, op, algorithm) through a Bruck allgather of
 // 48-byte headers (ceil(log2 n) rounds). Every rank sees the same table, so on a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA runtime errors as gradsync errors, and the "is there a usable GPU" probe that CUDA
 // tests use to exit 77 (skipped) instead of failing on a machine without one.
 // Host code: needs only <cuda_runtime_api.h> and libcudart, not nvcc.

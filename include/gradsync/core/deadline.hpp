@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Deadlines: every wait in gradsync has one. The default is 300 s, overridden by the
 // GRADSYNC_TIMEOUT environment variable (seconds) or per call.
 #pragma once

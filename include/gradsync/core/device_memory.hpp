@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Memory spaces at compile time: a std::span is host memory, a gradsync::device_span is
 // device memory, and each transport states which one it moves (Tr::memory). Mixing them
 // fails to compile with a message naming the transport to use:

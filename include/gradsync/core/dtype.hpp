@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The element types gradsync reduces, and their run-time tags (for cross-rank checks).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one exception family gradsync throws. Every message names the rank, the peer
 // (when there is one), the operation's sequence number and what went wrong.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side IEEE binary16 and bfloat16 storage types, bit-compatible with CUDA's
 // __half and __nv_bfloat16 (2 bytes, same bit layout), usable without CUDA.
 #pragma once

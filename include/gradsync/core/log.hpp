@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Logging to stderr with a rank prefix, filtered by GRADSYNC_LOG=warn|info|debug.
 #pragma once
 

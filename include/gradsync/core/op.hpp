@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reduction operations: compile-time tags (checked against the element type) with a
 // run-time id for the cross-rank consistency header.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Result verification (call_options::verify, GRADSYNC_VERIFY=1): after an allreduce every
 // rank hashes the bytes of its result and the ranks exchange the hashes (a Bruck
 // allgather of 32-byte records, as the argument check). Every rank is meant to hold the

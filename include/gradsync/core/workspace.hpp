@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Persistent scratch memory owned by a transport: algorithms ask for a slot of at
 // least N bytes and get the same buffer back on the next call (grown, never shrunk),
 // so no collective allocates per call once warmed up.

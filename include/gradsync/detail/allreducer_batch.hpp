@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The machinery behind allreducer: a `batch` is one asynchronous operation (a step of
 // registered tensors, a grouped call, or one tensor) made of buckets; batch_runner owns
 // the registered tensors, their plan and arena, the staging pool, the statistics and

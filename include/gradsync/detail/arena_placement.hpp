@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where an allreducer's arenas live. Over a transport with a heap its peers map
 // (transport::shm::allocate), the zero-copy arena and the packed-bucket staging are
 // placed there, so algo::direct_two_shot (and auto_select above one-shot sizes) reads

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The thread-support check of the progress thread. A transport whose library has thread
 // levels says so with a static `require_thread_level()` that throws a gradsync::error
 // with a fix-it message when the level is too low: transport::mpi needs

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // arena: one flat, cache-line aligned, zero-initialised buffer owned by gradsync. It is
 // the home of the gradients in zero-copy mode and the staging area of packed buckets.
 // Its memory is private, or adopted from the transport (detail/arena_placement.hpp puts

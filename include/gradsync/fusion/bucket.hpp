@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fusion::bucket<Bytes> — DDP-style static buckets: registered tensors are grouped, in
 // reverse registration order, into buckets of at most Bytes (the first one smaller so
 // communication starts early), and a bucket is launched once all its tensors are ready.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a fusion policy is: compile-time parameters of the static bucket plan. The
 // planning itself (fusion/plan.hpp) and the execution (allreducer.hpp) are shared.
 #pragma once

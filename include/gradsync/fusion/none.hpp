@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fusion::none — every tensor is its own allreduce.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The static bucket plan: computed once from the registered tensor list (counts and
 // types only, never pointers), so it is identical on every rank that registered the
 // same list. Buckets are launched in plan order; tensors sit at fixed offsets of one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cross-rank agreement on the bucket plan, done once at registration: every rank learns
 // every other rank's (tensor count, plan digest); if any differs, rank 0's tensor list
 // is sent to every rank, each finds its first differing tensor, and the findings are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tensor_ref: a type-erased view of one gradient tensor (pointer, count, element type),
 // the currency of registration and grouped calls.
 #pragma once

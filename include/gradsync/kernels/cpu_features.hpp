@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which x86 vector extensions this CPU runs, asked once per process, for the host loops
 // that pick an AVX2 (and, for half, F16C) build at run time: kernels/host.hpp and
 // kernels/host_16bit.hpp. x86-64 with GCC or Clang only, never under nvcc;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What one GPU thread does in each elementwise kernel, written as GRADSYNC_HOST_DEVICE
 // functions of (thread index, thread count) so that the host compiler can run the very
 // same code path on the CPU (tests/cuda/test_device_body.cpp runs it through Thrust's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The executor of the device transports (nccl, cuda_ipc): reductions, the op's final
 // step and copies, all enqueued on one CUDA stream, never synchronizing the host.
 // This header compiles with a plain host compiler; the reductions are CUDA kernels, so a

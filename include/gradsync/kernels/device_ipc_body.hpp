@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-thread phases of cuda_ipc's one-shot and two-shot kernels (kernels/ipc.cuh),
 // as GRADSYNC_HOST_DEVICE functions: the CPU tests run every rank's phases one after
 // another (what the barriers order on the GPU) and check exact, bitwise-identical results.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Batched pack/unpack of many small tensors into one flat buffer in ONE kernel launch
 // (what fusion needs on the GPU: a bucket of 500 gradients is one launch, not 500
 // cudaMemcpyAsync calls). The host cuts every tensor into pieces of at most

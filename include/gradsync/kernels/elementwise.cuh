@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA kernels for the elementwise work of an allreduce on device memory: reduce-into,
 // multi-source reduce, finalize (avg), scale and cast. Each kernel is a thin __global__
 // wrapper over a thread body in device_body.hpp (the same code the CPU tests run) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Elementwise math shared by host loops and CUDA kernels. Each functor is
 // GRADSYNC_HOST_DEVICE so the CPU tests check the very arithmetic the GPU runs.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host loops over the shared functors: what host transports use to reduce in place.
 #pragma once
 

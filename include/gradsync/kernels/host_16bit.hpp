@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host loops for the 16-bit float types with x86 vector instructions, chosen at run
 // time (kernels/host.hpp): binary16 (gradsync::half) with the F16C conversions where the
 // CPU has AVX2 and F16C, bfloat16 with AVX2 integer operations. The portable conversions

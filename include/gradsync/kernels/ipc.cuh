@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernels of transport::cuda_ipc: one-shot and two-shot allreduce reading the peers'
 // staging buffers directly (cudaIpc-mapped device memory), with the cross-process
 // barrier built from flags in device memory.

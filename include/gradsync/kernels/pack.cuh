@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The batched pack/unpack kernel: one launch copies every piece of a fusion bucket's
 // table (see device_pack.hpp for how the table is cut). Enqueued on a stream, no sync.
 #pragma once

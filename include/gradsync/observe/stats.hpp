@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Statistics of allreducer calls: what one call moved and how fast (per call), and the
 // running totals (cumulative), with a one-line summary for trainers to print.
 #pragma once

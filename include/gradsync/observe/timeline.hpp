@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A per-rank Chrome-trace timeline (open in Perfetto or chrome://tracing). Enabled by
 // GRADSYNC_TIMELINE=path (or allreducer_options::timeline); rank R writes
 // path-with-".rankR" inserted before a trailing ".json" (trace.json -> trace.rank0.json).

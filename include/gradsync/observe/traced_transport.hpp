@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // traced_transport<Tr>: a transport that forwards to Tr and records what an algorithm
 // does with it — every wait becomes a "send"/"recv" event on the timeline (the steps of
 // the algorithm) and every reduction a "reduce" event — and counts the bytes this rank

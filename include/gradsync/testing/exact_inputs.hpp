@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exactly representable test inputs (as nccl-tests does): every partial result of every
 // op, in every element type, for up to 64 ranks, is an exact small integer, so the
 // result is known bit for bit whatever order an algorithm combines in. Used by the

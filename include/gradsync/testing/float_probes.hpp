@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Floats that probe every rounding boundary of float -> half / bfloat16: specials, the
 // subnormal and overflow thresholds, every half value with the floats just below, at and
 // just above the tie to its neighbour, a strided sweep of all 2^32 patterns and random

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a transport is: the contract every algorithm is written against.
 #pragma once
 

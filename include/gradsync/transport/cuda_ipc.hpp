@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::cuda_ipc — processes of one host (one or several GPUs) share device buffers
 // through cudaIpc memory handles; the allreduce is a kernel that reads the peers'
 // staging buffers directly (one-shot for small inputs, two-shot otherwise) with a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fork_group: N processes of one host made by fork(), with a shared anonymous mapping
 // for a barrier and a small allgather: the bootstrap of transport::cuda_ipc when there is
 // no MPI (bench/gpu_check.sh, tests). fork() must happen BEFORE the parent touches CUDA

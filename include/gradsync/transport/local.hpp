@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::local — ranks are threads of one process (tests, demos, single-process
 // multi-device). The embedded default transport.
 #pragma once

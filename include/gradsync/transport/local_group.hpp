@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared state of an in-process group: one mailbox per rank where posted sends and
 // receives meet. Whichever side posts second copies the bytes (one memcpy, no staging).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::mpi — host memory over MPI point-to-point, the path across hosts. Works
 // with Open MPI and MPICH. Include this header explicitly (it needs <mpi.h>); the
 // umbrella gradsync.hpp stays MPI-free.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::mpi_device — device buffers through MPI, over an existing transport::mpi.
 //
 //   gradsync::transport::mpi host{MPI_COMM_WORLD};

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How an MPI job ends within a bounded time: transport::abort_job after an error,
 // transport::finalize_job at the end of a good run.
 //

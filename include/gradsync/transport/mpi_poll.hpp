@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How transport::mpi waits: MPI_Test polling paced by a backoff, never a blocking MPI
 // call. MPI_Wait and blocking collectives busy-poll inside the library (MPICH's ch4
 // does, whatever its settings), which on an oversubscribed host (6 ranks on 2 cores)

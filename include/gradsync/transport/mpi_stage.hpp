@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Huge-page staging for transport::mpi's large sends. On one host both Open MPI (vader)
 // and MPICH (UCX) move a large message with one copy that the receiver makes through
 // the kernel (process_vm_readv, "CMA"), and the kernel pins the sender's pages for it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MPI plumbing for transport::mpi: error translation, the element type -> MPI_Datatype
 // and op -> MPI_Op mapping, and the per-transport cache of the user-defined ops that
 // half and bfloat16 need (MPI has no 16-bit float types). Include only where <mpi.h>

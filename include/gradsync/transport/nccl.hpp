@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::nccl — device memory moved by NCCL, everything stream-ordered.
 //
 // Point-to-point: isend/irecv only queue the operation; wait() on any queued request

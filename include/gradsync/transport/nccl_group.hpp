@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bootstrap of transport::nccl for several GPUs driven by ONE process (one thread per
 // GPU, like transport::local): one non-blocking communicator per device, created
 // together in one NCCL group. Rank i uses devices[i]:

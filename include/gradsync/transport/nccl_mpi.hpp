@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bootstrap of transport::nccl from an MPI communicator: rank 0 makes the NCCL unique
 // id, MPI_Bcast sends it to every rank, each rank creates its non-blocking NCCL rank.
 //   transport::nccl t{transport::nccl_comm_from_mpi(MPI_COMM_WORLD), local_gpu};

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::nccl_ring — the ring allreduce on transport::nccl, written so that every NCCL
 // group is matched: at each of the 2(n-1) steps every rank puts exactly {send one chunk
 // to the right, receive one chunk from the left} in one group, so the group of rank r

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs a function on N threads, each holding rank i of one in-process group, and
 // rethrows the first failure after every thread has finished.
 #pragma once

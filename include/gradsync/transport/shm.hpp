@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::shm — the processes of one host share ONE POSIX shared-memory segment.
 //
 // Construction (no MPI needed; see transport/shm_mpi.hpp to bootstrap from an MPI

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-rank heap of transport::shm: a region of the shared segment, owned by one
 // rank, from which it allocates registered buffers (shm::allocate). Every peer maps
 // the region, so algo::direct_two_shot reads a registered buffer in place instead of

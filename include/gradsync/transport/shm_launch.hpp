@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where transport::shm::from_env() finds its rank, group size and job id.
 //
 // In this order:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bootstrapping transport::shm from an MPI communicator: the ranks of `comm` that share
 // this node (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED) form one shm group; node
 // rank 0 makes up a job id and broadcasts it. Kept apart from shm.hpp so that shm.hpp

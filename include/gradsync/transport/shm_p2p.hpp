@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Point-to-point messages of transport::shm: one single-producer single-consumer byte
 // ring per ordered pair of ranks in the segment. A message is a 16-byte header (tag,
 // size) and its payload padded to 16 bytes, streamed through the ring as space allows,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The POSIX shared-memory segment behind transport::shm: its layout, its creation
 // (rank 0, O_CREAT|O_EXCL, mode 0600), attachment by the other ranks, and its removal
 // from /dev/shm as soon as every rank has mapped it, so a crash leaves nothing behind.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Waiting in transport::shm: spin briefly, then block on a futex word in the shared
 // segment, so that 4 ranks on 2 cores do not starve each other. A waker only makes a
 // system call when the waiting rank has announced that it sleeps.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::two_level — the ranks of a job seen at two levels: the processes (or
 // threads) of one node share a fast point-to-point `Intra` transport (shm, local), and the
 // ranks with the same local index on every node share an `Inter` transport (mpi).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::two_level_from_mpi — shm inside each node, mpi across nodes, from one MPI
 // communicator (collective over it):
 //

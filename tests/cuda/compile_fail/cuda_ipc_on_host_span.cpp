@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport::cuda_ipc with a std::span must ask for a device_span too.
 #include <span>
 #include <gradsync/algorithm/native.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device memory handed to a host-only transport (local) must name the device transports.
 #include <gradsync/core/device_memory.hpp>
 #include <gradsync/gradsync.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host ring (host scratch, host reductions) on transport::nccl must point to
 // algo::native / algo::nccl_ring.
 #include <gradsync/algorithm/ring.hpp>

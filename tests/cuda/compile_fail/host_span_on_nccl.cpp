@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A std::span (host memory) handed to transport::nccl must ask for a device_span.
 #include <span>
 #include <gradsync/algorithm/native.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::nccl_ring reduces with CUDA kernels: a host-compiled file must be told to use nvcc.
 #include <gradsync/transport/nccl_ring.hpp>
 namespace gs = gradsync;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two binary trees of algo::tree (NCCL's double binary tree). Tree A is NCCL's
 // in-order binary tree over positions 0..n-1 (root 0, odd positions are leaves); tree B
 // is tree A mirrored (position p holds rank n-1-p) when n is even, or shifted by one

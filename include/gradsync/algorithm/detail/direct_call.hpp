@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shared machinery of the direct algorithms (algorithm/direct.hpp): the call header
 // round through the ranks' slots, chunk barriers on the stage flag, and the rank-order
 // reduction loops every rank runs identically.

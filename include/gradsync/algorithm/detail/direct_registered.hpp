@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo::direct_two_shot on registered buffers: when every rank's vector lies in its
 // transport heap (transport::shm::allocate), ranks read each other's vectors in place
 // instead of staging them through the segment. Per rank and call that moves

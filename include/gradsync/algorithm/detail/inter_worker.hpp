@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The helper thread of algo::hierarchical's pipeline: it runs the cross-node allreduce
 // of each piece's shard, in the order the pieces were handed over, while the calling
 // thread reduce-scatters the next pieces inside the node and allgathers the finished

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Balanced splitting of a vector into parts (ring chunks, segments, tree halves).
 #pragma once
 

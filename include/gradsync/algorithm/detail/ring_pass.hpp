@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two phases of a ring allreduce over one vector, for algo::ring and for
 // algo::hierarchical (which runs the inter-node allreduce between them). Each step is
 // cut into segments so that receiving segment j+1 overlaps reducing segment j, and a

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# tests/lint/headers_check.sh ROOT CXX...: every public header compiles on its own (a
+# translation unit that includes only it, -fsyntax-only, -Wall -Wextra -Werror), so no
+# header leans on what another happened to include first. MPI and CUDA include paths are
+# given to every header (where found); .cuh files need nvcc and are covered by
+# tests/cuda/all_cuh.cu. Two at a time: this machine has 2 cores.
+set -uo pipefail
+root=${1:?root}
+shift
+[ $# -gt 0 ] || { echo "usage: headers_check.sh ROOT CXX [ARGS...]"; exit 2; }
+flags=(-std=c++20 -fsyntax-only -Wall -Wextra -Werror -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1
+       -I"$root/include")
+mpi=$(pkg-config --cflags-only-I ompi-cxx 2>/dev/null || pkg-config --cflags-only-I mpich 2>/dev/null)
+# shellcheck disable=SC2206
+[ -n "$mpi" ] && flags+=(${mpi//-I/-isystem })
+for cuda in /usr/local/cuda/include /usr/local/cuda/include/cccl; do
+  [ -d "$cuda" ] && flags+=(-isystem "$cuda")
+done
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cd "$root/include" || exit 1
+find gradsync -name '*.hpp' | sort >"$out/list"
+total=$(wc -l <"$out/list")
+export out
+# Each header: one line "ok H" or "FAIL H" followed by the compiler's first lines.
+xargs -P 2 -I{} sh -c 'h={}; if printf "#include <%s>\n" "$h" |
+    "$@" -x c++ - -o /dev/null >"$out/$(echo "$h" | tr / _).log" 2>&1; then echo "ok $h";
+  else echo "FAIL $h"; head -5 "$out/$(echo "$h" | tr / _).log"; fi' _ "$@" "${flags[@]}" \
+  <"$out/list" >"$out/result"
+bad=$(grep -c '^FAIL' "$out/result")
+grep -v '^ok ' "$out/result"
+echo "$((total - bad)) of $total public headers compile on their own"
+[ "$bad" -eq 0 ]
