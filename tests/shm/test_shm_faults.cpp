@@ -137,6 +137,37 @@ TEST_CASE("shm: a rank that never calls makes its peer time out, naming peer and
   CHECK(out[1].seconds < 1.5 + 5);  // found at once, not after its own 20 s deadline
 }
 
+// Part of a larger job (two_level's node level, shm_options_from_mpi): errors name the
+// job's ranks and the host, and the ranks inside the node.
+TEST_CASE("shm: a group of a larger job names job ranks and the host in its errors") {
+  gs::testbed::watchdog wd(30, "shm job-rank naming test");
+  const auto out = gs::testbed::fork_ranks(
+      2, gs::testbed::unique_job("jobranks"),
+      [](gs::transport::shm& t, rank_env&) {
+        if (t.rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          return;  // never calls: rank 0 times out waiting for it
+        }
+        std::vector<double> v(100, 1.0);
+        gs::call_options opt;
+        opt.timeout = gs::seconds_d(0.3);
+        gs::allreduce<gs::algo::ring>(t, std::span<double>(v), gs::op::sum, opt);
+      },
+      {.time_limit = 20,
+       .max_records = 4,
+       .configure =
+           [](gs::transport::shm_options& o) {
+             o.job_ranks = {4, 6};
+             o.host = "hostQ";
+           },
+       .while_running = {}});
+  INFO("rank 0: " << out[0].what);
+  CHECK(out[0].error_code == static_cast<int>(gs::errc::timeout));
+  CHECK(out[0].what.find("on rank 4 (peer 6) in op #0") != std::string::npos);
+  CHECK(out[0].what.find("[rank 4 on hostQ, peer 6 on hostQ; in a sub-group of 2 as rank 0, "
+                         "peer 1]") != std::string::npos);
+}
+
 // A waiting rank whose core a busy thread holds, at nice +10 (an allreducer's progress
 // thread next to a compute thread): its spin-yield-sleep wait must still end close to
 // the deadline (each yield may hand the busy thread a whole time slice).

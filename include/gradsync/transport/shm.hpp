@@ -48,6 +48,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
@@ -73,6 +74,10 @@ struct shm_options {
   std::size_t exchange_bytes = 16 << 20;  ///< staging buffer per rank (two halves)
   std::size_t heap_bytes = 0;             ///< registered buffers per rank (shm::allocate)
   seconds_d bootstrap_timeout{-1.0};      ///< < 0: default_timeout() (GRADSYNC_TIMEOUT)
+  /// For error messages: the job's rank of each rank of this group (empty: the group's
+  /// ranks are the job's) and this host's name. shm_options_from_mpi fills both.
+  std::vector<std::size_t> job_ranks;
+  std::string host;
 
   /// Rank, size and job from GRADSYNC_SHM_RANK / _SIZE / _JOB or, where those are unset,
   /// from the launcher (Open MPI, MPICH Hydra, Slurm; transport/shm_launch.hpp), and
@@ -123,7 +128,9 @@ class shm_state {
         size_(o.size),
         p2p_(seg_, o.rank),
         heap_(seg_.layout().geo.heap_bytes),
-        spin_(spin_budget::for_group(o.size)) {}
+        spin_(spin_budget::for_group(o.size)),
+        job_ranks_(o.job_ranks.size() == o.size ? o.job_ranks : std::vector<std::size_t>{}),
+        host_(o.host) {}
 
   ~shm_state() {
     auto st = shared_word(seg_.ctl(rank_).state);
@@ -181,8 +188,28 @@ class shm_state {
   bool broken_ = false;
   workspace scratch_;
   clock::time_point next_health_{};
+  std::vector<std::size_t> job_ranks_;  // per group rank: its rank in the job (or empty)
+  std::string host_;
 
-  error_site site(std::size_t peer) const { return {rank_, peer, seq_ - 1}; }
+  // Names the job's ranks and the host when the options gave them (ranks of a larger
+  // job, e.g. two_level's node level), the group's ranks otherwise.
+  error_site site(std::size_t peer) const {
+    error_site s{rank_, peer, seq_ - 1};
+    s.host = host_;
+    if (peer < size_) s.peer_host = host_;
+    if (job_ranks_.empty()) return s;
+    s.rank = job_ranks_[rank_];
+    s.peer = peer < size_ ? job_ranks_[peer] : peer;
+    for (std::size_t r = 0; r < size_; ++r) {
+      if (job_ranks_[r] != r) {
+        s.group_rank = rank_;
+        s.group_peer = peer < size_ ? peer : error_site::npos;
+        s.group_size = size_;
+        break;
+      }
+    }
+    return s;
+  }
 
   void wake_all() {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // one fence for all peers

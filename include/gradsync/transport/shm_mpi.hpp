@@ -17,6 +17,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "gradsync/core/error.hpp"
 #include "gradsync/transport/mpi_types.hpp"
@@ -41,9 +42,20 @@ inline shm_options shm_options_from_mpi(MPI_Comm comm, shm_options base = {}) {
     std::snprintf(job, sizeof job, "mpi-%d-%lld-%ld", static_cast<int>(::getpid()),
                   static_cast<long long>(ts.tv_sec), static_cast<long>(ts.tv_nsec));
   }
-  const int rc = MPI_Bcast(job, sizeof job, MPI_CHAR, 0, node);
+  int rc = MPI_Bcast(job, sizeof job, MPI_CHAR, 0, node);
+  // For error messages: each node rank's rank in the job, and this host's name.
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  std::vector<int> world(static_cast<std::size_t>(size));
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Allgather(&world_rank, 1, MPI_INT, world.data(), 1, MPI_INT, node);
   MPI_Comm_free(&node);
-  check(rc, "MPI_Bcast");
+  check(rc, "MPI_Bcast/MPI_Allgather");
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  base.job_ranks.assign(world.begin(), world.end());
+  base.host.assign(host, static_cast<std::size_t>(len));
   base.rank = static_cast<std::size_t>(rank);
   base.size = static_cast<std::size_t>(size);
   base.job = job;
