@@ -14,24 +14,21 @@ namespace gradsync::kernels {
 
 // Every loop below runs in blocks of a fixed 64 bytes plus a scalar tail: GCC's -O2
 // (cheap vectorizer cost model, the default of buildtype=debugoptimized) vectorizes a
-// fixed-length inner loop but not one with an unknown trip count. Measured on the dev
-// VM, float sum, 1 MiB: 187 us scalar vs 49 us vectorized.
+// fixed-length inner loop but not one with an unknown trip count (about 4x at 1 MiB;
+// docs/perf/tuning.md, "host reduction kernels").
 //
 // The two reductions (reduce_into, reduce_to) also have an AVX2 build of the same loop,
 // chosen at run time when the CPU has AVX2 (x86-64, GCC or Clang, not under nvcc): the
 // default x86-64 target only has 16-byte SSE2 vectors. The arithmetic is the same
 // elementwise IEEE operations in the same order (no FMA, no reassociation), so both
 // builds give the same bits and ranks on different CPUs still agree; tests/core/
-// test_host_simd.cpp checks it. Measured on the dev VM (Zen 3), float sum, medians of 31
-// alternating rounds, SSE2 loop before this change vs the AVX2 build (canonical NaN
-// included, see functors.hpp): 256 KiB 10.9 -> 9.4 us, 4 MiB 233 -> 172 us. Open MPI's
-// own reductions use AVX2 there too (its op/avx component).
+// test_host_simd.cpp checks it. Open MPI's own reductions use AVX2 there too (its op/avx
+// component); the gain is in docs/perf/tuning.md.
 //
 // For half and bfloat16, reduce_into, reduce_to, finalize and cast from and to float use
 // explicit AVX2 (and, for half, F16C) loops instead where the CPU has them
-// (kernels/host_16bit.hpp; same bits): sum of 64Ki elements, medians of 31 calls, g++ -O2
-// on the dev VM: half 90 -> 6.7 us, bfloat16 23 -> 9.2 us (float: 10 us); 1Mi elements:
-// half 1532 -> 113 us, bfloat16 440 -> 175 us (float: 136 us).
+// (kernels/host_16bit.hpp; same bits): 13x for half, 2.5x for bfloat16 at 64Ki elements
+// (docs/perf/tuning.md).
 
 /// Elements of T per fixed-length block.
 template <class T>

@@ -82,9 +82,8 @@ struct mpi_options {
   /// a receiver on the same host reads it 3-4x faster. 0 sends everything from the
   /// caller's memory. Ranks may differ.
   std::size_t stage_limit_bytes = std::size_t{64} << 20;
-  /// Smallest send that is staged. 2 ranks, ring allreduces of 16 KiB (8 KiB messages):
-  /// staged 1.09x MPI_Allreduce over Open MPI (0.93x not), 0.88x over MPICH (1.00x not:
-  /// UCX sends them eagerly, so the copy only costs); from 16 KiB messages both gain.
+  /// Smallest send that is staged: below it MPICH/UCX sends eagerly and the copy only
+  /// costs (docs/perf/tuning.md, "transport::mpi constants").
   std::size_t stage_min_bytes = std::size_t{16} << 10;
   /// Whether the ranks span hosts: the algorithms then keep every receive of a step in
   /// flight (algo::tuning::inflight_segments). Detected at construction by default.
@@ -100,14 +99,12 @@ class mpi {
   /// Pipeline segment of ring and halving_doubling (algo::tuning::segment_bytes_for).
   /// Every MPI message above the eager limit pays a rendezvous handshake and a
   /// completion message, and on one host the MPI copies it in the receiver's MPI_Test
-  /// (Open MPI's and MPICH's CMA path), so a smaller segment buys no overlap. Paired
-  /// jobs, 2 ranks, Open MPI 4.1, medians of 10-16: ring/MPI_Allreduce 0.87-0.93x at
-  /// 1-4 MiB with 256 KiB segments, 0.97-1.08x with 1 MiB (docs/performance.md).
+  /// (Open MPI's and MPICH's CMA path), so a smaller segment buys no overlap
+  /// (docs/perf/tuning.md, "transport::mpi constants").
   static constexpr std::size_t pipeline_segment_bytes = std::size_t{1} << 20;
   /// The ring completes each send one segment after the matching receive instead of at
   /// the end of the step (algo::tuning::send_lag_for), so a staged send's huge-page block
-  /// is reused while hot. Paired jobs, 2 ranks, 8 MiB, medians of 10 (ring /
-  /// MPI_Allreduce): 1.09x against 1.03x over Open MPI, 1.11x against 1.05x over MPICH.
+  /// is reused while hot (docs/perf/tuning.md, "transport::mpi constants").
   static constexpr std::size_t ring_send_lag = 1;
 
   /// A posted send or receive: one MPI request per piece of at most max_message_bytes.

@@ -24,14 +24,7 @@ namespace gradsync::transport::detail {
 ///  - a bulk transfer keeps polling, with sched_yield in between, and never sleeps:
 ///    MPI moves large messages inside MPI_Test (Open MPI's copy-in/copy-out fragments,
 ///    its nonblocking-collective schedules), so a sleeping rank stalls its own data.
-///
-/// Measured on the 2-core dev machine with other builds running (load ~10-13):
-///  - 6 ranks, MPICH 4.0, 200 ring allreduces of 6 floats, 3 alternating runs: spin then
-///    sleep 1.0-1.6 ms per call; 30 us of sched_yield before sleeping 1.3-2.2 ms; 2 ms
-///    of sched_yield 5-16 ms (a yielding rank hands its core to whatever else is
-///    runnable for a whole time slice). Open MPI 4.1: the same within noise.
-///  - 2 ranks, Open MPI 4.1, 64 MiB float sum, 2 runs: spin then sleep: ring 178-202
-///    ms, native 804-822 ms; spin then yield: ring 136-156 ms, native 423-468 ms.
+/// Measurements: docs/perf/tuning.md, "how waits poll".
 class mpi_backoff {
  public:
   /// How long a wait spins before it yields or sleeps.
