@@ -204,9 +204,17 @@ int main(int argc, char** argv) {
   try {
     o = gb::parse_options(argc, argv);
   } catch (const std::exception& e) {
-    if (*e.what()) std::fprintf(stderr, "allreduce_perf: %s\n", e.what());
-    std::fputs(gb::usage_text(), stderr);
+    std::fprintf(stderr, "allreduce_perf: %s (allreduce_perf --help lists the options)\n",
+                 e.what());
     return 2;
+  }
+  if (o.help) {
+    std::fputs(gb::usage_text(), stdout);
+    return 0;
+  }
+  if (o.version) {
+    std::printf("allreduce_perf (gradsync %s)\n", GRADSYNC_VERSION_STRING);
+    return 0;
   }
 #ifdef GRADSYNC_BENCH_MPI
   int provided = 0;

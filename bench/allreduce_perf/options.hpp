@@ -57,6 +57,8 @@ struct options {
   std::string gloo_algos = "ring_chunked,halving_doubling";  ///< --gloo-algos
   std::string gloo_iface;            ///< --gloo-iface: Gloo's network interface (default 127.0.0.1)
   bool corrupt = false;              ///< --self-test-corrupt: spoil one checked element
+  bool help = false;                 ///< -h, --help: usage to stdout, exit 0
+  bool version = false;              ///< --version: the version to stdout, exit 0
   std::size_t require_gradsync = 0;  ///< --require-gradsync: fail if fewer tables ran
 };
 
@@ -204,6 +206,7 @@ inline const char* usage_text() {
          "  --self-test-corrupt  spoil one element of every checked result on the last\n"
          "                 rank; exit 0 only if #wrong counted exactly one per checked row\n"
          "  --require-gradsync N  fail (exit 4) if fewer than N gradsync tables ran\n"
+         "  -h, --help, --version  print this text, or the version, and exit 0\n"
          "Exit status: 0 if every checked row has #wrong == 0, 1 if any is wrong, 2 on a\n"
          "usage error, 3 if an implementation threw, 4 if --require-gradsync was not met.\n";
 }
@@ -224,60 +227,69 @@ inline options parse_options(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "-b" || a == "--minbytes")
-      o.min_bytes = parse_size(need(i));
-    else if (a == "-e" || a == "--maxbytes")
-      o.max_bytes = parse_size(need(i));
-    else if (a == "-f" || a == "--stepfactor")
-      o.factor = std::strtod(need(i).c_str(), nullptr);
-    else if (a == "-n" || a == "--iters")
-      o.iters = parse_count(need(i));
-    else if (a == "-w" || a == "--warmup_iters")
-      o.warmup = parse_count(need(i));
-    else if (a == "--iter-bytes")
-      o.iter_bytes = parse_size(need(i));
-    else if (a == "-c" || a == "--check")
-      o.check = parse_count(need(i)) != 0;
-    else if (a == "--agree")
-      o.agree = parse_count(need(i)) != 0;
-    else if (a == "--verify")
-      o.verify = parse_count(need(i)) != 0;
-    else if (a == "--interleave")
-      o.interleave = true;
-    else if (a == "--p2p")
-      o.p2p = true;
-    else if (a == "--mpi-stage")
-      o.mpi_stage = parse_size(need(i));
-    else if (a == "-d" || a == "--datatype")
-      o.type = parse_dtype(need(i));
-    else if (a == "-o" || a == "--op")
-      o.op = parse_op(need(i));
-    else if (a == "--transport")
-      o.transports = split_list(need(i));
-    else if (a == "--algo")
-      o.algos = split_list(need(i));
-    else if (a == "--ranks")
-      o.ranks = parse_count(need(i));
-    else if (a == "--node-ranks")
-      o.node_ranks = parse_count(need(i));
-    else if (a == "--peers")
-      o.peers = split_list(need(i));
-    else if (a == "--gloo-iface")
-      o.gloo_iface = need(i);
-    else if (a == "--gloo-algos")
-      o.gloo_algos = need(i);
-    else if (a == "--stream-bytes")
-      o.stream_bytes = parse_size(need(i));
-    else if (a == "--csv")
-      o.csv = need(i);
-    else if (a == "--self-test-corrupt")
-      o.corrupt = true;
-    else if (a == "--require-gradsync")
-      o.require_gradsync = parse_count(need(i));
-    else if (a == "-h" || a == "--help")
-      throw std::invalid_argument("");
-    else
-      throw std::invalid_argument("unknown option '" + a + "'");
+    bool known = true;
+    try {  // a bad value names its flag
+      if (a == "-b" || a == "--minbytes")
+        o.min_bytes = parse_size(need(i));
+      else if (a == "-e" || a == "--maxbytes")
+        o.max_bytes = parse_size(need(i));
+      else if (a == "-f" || a == "--stepfactor")
+        o.factor = std::strtod(need(i).c_str(), nullptr);
+      else if (a == "-n" || a == "--iters")
+        o.iters = parse_count(need(i));
+      else if (a == "-w" || a == "--warmup_iters")
+        o.warmup = parse_count(need(i));
+      else if (a == "--iter-bytes")
+        o.iter_bytes = parse_size(need(i));
+      else if (a == "-c" || a == "--check")
+        o.check = parse_count(need(i)) != 0;
+      else if (a == "--agree")
+        o.agree = parse_count(need(i)) != 0;
+      else if (a == "--verify")
+        o.verify = parse_count(need(i)) != 0;
+      else if (a == "--interleave")
+        o.interleave = true;
+      else if (a == "--p2p")
+        o.p2p = true;
+      else if (a == "--mpi-stage")
+        o.mpi_stage = parse_size(need(i));
+      else if (a == "-d" || a == "--datatype")
+        o.type = parse_dtype(need(i));
+      else if (a == "-o" || a == "--op")
+        o.op = parse_op(need(i));
+      else if (a == "--transport")
+        o.transports = split_list(need(i));
+      else if (a == "--algo")
+        o.algos = split_list(need(i));
+      else if (a == "--ranks")
+        o.ranks = parse_count(need(i));
+      else if (a == "--node-ranks")
+        o.node_ranks = parse_count(need(i));
+      else if (a == "--peers")
+        o.peers = split_list(need(i));
+      else if (a == "--gloo-iface")
+        o.gloo_iface = need(i);
+      else if (a == "--gloo-algos")
+        o.gloo_algos = need(i);
+      else if (a == "--stream-bytes")
+        o.stream_bytes = parse_size(need(i));
+      else if (a == "--csv")
+        o.csv = need(i);
+      else if (a == "--self-test-corrupt")
+        o.corrupt = true;
+      else if (a == "--require-gradsync")
+        o.require_gradsync = parse_count(need(i));
+      else if (a == "-h" || a == "--help")
+        o.help = true;
+      else if (a == "--version")
+        o.version = true;
+      else
+        known = false;
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(a + ": " + e.what());
+    }
+    if (!known) throw std::invalid_argument("unknown option '" + a + "'");
+    if (o.help || o.version) return o;
   }
   if (o.factor <= 1.0) throw std::invalid_argument("-f must be greater than 1");
   if (o.min_bytes == 0 || o.max_bytes < o.min_bytes)

@@ -54,6 +54,28 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+const char* usage_text() {
+  return "usage: fusion_perf [options]            (MPI builds: mpirun -n N fusion_perf_<mpi>)\n"
+         "  --ranks N            in-process ranks (local transport), default 2\n"
+         "  --reps N             timed repetitions per model row, default 7\n"
+         "  --reps-small N       repetitions of models under 64 MiB, default 21\n"
+         "  --warmup N           untimed repetitions first, default 2\n"
+         "  --models LIST        small,resnet50,bert (default all three)\n"
+         "  --bert-layers N      encoder layers of the bert model, default 12\n"
+         "  --ratios LIST        overlap rows: compute time / comm time, default 1,2\n"
+         "  --no-overlap         skip the overlap rows\n"
+         "  --transport LIST     local (plain build); shm,mpi (MPI builds)\n"
+         "  --timeline PREFIX    write timelines of the overlap runs under PREFIX\n"
+         "  --progress-nice N    nice value of the allreducer's progress thread\n"
+         "  -h, --help, --version  print this text, or the version, and exit 0\n"
+         "Exit status: 0, 1 if any mode's #wrong is non-zero, 2 on a usage error.\n";
+}
+
+[[noreturn]] void usage_exit(const std::string& why) {
+  std::fprintf(stderr, "fusion_perf: %s (fusion_perf --help lists the options)\n", why.c_str());
+  std::exit(2);
+}
+
 gb::perf_options parse(int argc, char** argv) {
   gb::perf_options o;
 #if GRADSYNC_BENCH_MPI
@@ -64,27 +86,56 @@ gb::perf_options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "fusion_perf: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
+      if (i + 1 >= argc) usage_exit(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--ranks") {
-      o.ranks = std::stoul(next());
+    // Numbers: the whole value must parse, else exit 2 naming the flag.
+    auto number = [&](auto parse) {
+      const std::string v = next();
+      std::size_t used = 0;
+      try {
+        const auto x = parse(v, &used);
+        if (used == v.size()) return x;
+      } catch (const std::exception&) {
+      }
+      usage_exit(a + " needs a number, got '" + v + "'");
+    };
+    auto to_size = [](const std::string& v, std::size_t* used) {
+      if (!v.empty() && v[0] == '-') throw std::invalid_argument("negative");
+      return std::stoul(v, used);
+    };
+    auto to_int = [](const std::string& v, std::size_t* used) { return std::stoi(v, used); };
+    auto to_double = [](const std::string& v, std::size_t* used) { return std::stod(v, used); };
+    if (a == "-h" || a == "--help") {
+      std::fputs(usage_text(), stdout);
+      std::exit(0);
+    } else if (a == "--version") {
+      std::printf("fusion_perf (gradsync %s)\n", GRADSYNC_VERSION_STRING);
+      std::exit(0);
+    } else if (a == "--ranks") {
+      o.ranks = number(to_size);
     } else if (a == "--reps") {
-      o.reps = std::stoi(next());
+      o.reps = number(to_int);
     } else if (a == "--reps-small") {
-      o.reps_small = std::stoi(next());
+      o.reps_small = number(to_int);
     } else if (a == "--warmup") {
-      o.warmup = std::stoi(next());
+      o.warmup = number(to_int);
     } else if (a == "--models") {
       o.models = split(next());
     } else if (a == "--bert-layers") {
-      o.bert_layers = std::stoul(next());
+      o.bert_layers = number(to_size);
     } else if (a == "--ratios") {
       o.compute_ratios.clear();
-      for (const auto& r : split(next())) o.compute_ratios.push_back(std::stod(r));
+      for (const auto& r : split(next())) {
+        std::size_t used = 0;
+        double x = 0;
+        try {
+          x = to_double(r, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != r.size() || used == 0) usage_exit("--ratios needs numbers, got '" + r + "'");
+        o.compute_ratios.push_back(x);
+      }
     } else if (a == "--no-overlap") {
       o.overlap = false;
     } else if (a == "--transport") {
@@ -92,11 +143,9 @@ gb::perf_options parse(int argc, char** argv) {
     } else if (a == "--timeline") {
       o.timeline = next();
     } else if (a == "--progress-nice") {
-      o.progress_nice = std::stoi(next());
+      o.progress_nice = number(to_int);
     } else {
-      std::fprintf(stderr, "fusion_perf: unknown option %s (see the comment in main.cpp)\n",
-                   a.c_str());
-      std::exit(2);
+      usage_exit("unknown option '" + a + "'");
     }
   }
   if (o.reps < 1) o.reps = 1;
@@ -107,8 +156,7 @@ gb::model model_named(const std::string& name, const gb::perf_options& o) {
   if (name == "resnet50") return gb::resnet50();
   if (name == "bert") return gb::bert_base(o.bert_layers);
   if (name == "small") return gb::small_tensors(1000);
-  std::fprintf(stderr, "fusion_perf: unknown model %s (small, resnet50, bert)\n", name.c_str());
-  std::exit(2);
+  usage_exit("unknown model '" + name + "' (small, resnet50, bert)");
 }
 
 /// Moves a buffer to the next rank over a raw channel (a floor row of run_pair).

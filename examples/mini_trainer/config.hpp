@@ -44,6 +44,8 @@ struct config {
   long inject_divergence = -1;       // rank whose weights get perturbed (tests); -1 = none
   std::size_t throttle_ms = 0;       // sleep per step (tests: a kill lands mid-run)
   bool quiet = false;                // only errors and the final line
+  bool help = false;                 // --help: print the usage to stdout, exit 0
+  bool version = false;              // --version: print the version, exit 0
 };
 
 inline const char* usage_text() {
@@ -69,6 +71,7 @@ inline const char* usage_text() {
          "  --exact-grads               exactly summable gradients (test mode)\n"
          "  --progress-every N          steps between progress lines (100; 0 = off)\n"
          "  --quiet                     print only the final line\n"
+         "  --help, --version           print this text, or the version, and exit 0\n"
          "test hooks: --print-grad-hash --stop-after STEPS --inject-divergence RANK --throttle-ms "
          "MS\n";
 }
@@ -168,7 +171,11 @@ inline config parse_args(int argc, char** argv) {
         pos = comma + 1;
       }
     } else if (a == "--help" || a == "-h") {
-      throw usage_error(usage_text());
+      c.help = true;
+      return c;
+    } else if (a == "--version") {
+      c.version = true;
+      return c;
     } else {
       throw usage_error("unknown flag '" + std::string(a) + "'\n" + usage_text());
     }

@@ -143,7 +143,14 @@ int main(int argc, char** argv) {
 #endif
   int rc = 0;
   try {
-    rc = dispatch_transport(mt::parse_args(argc, argv));
+    const mt::config cfg = mt::parse_args(argc, argv);
+    if (cfg.help) {
+      std::fputs(mt::usage_text(), stdout);
+    } else if (cfg.version) {
+      std::printf("mini_trainer (gradsync %s)\n", GRADSYNC_VERSION_STRING);
+    } else {
+      rc = dispatch_transport(cfg);
+    }
   } catch (const mt::usage_error& e) {
     std::fprintf(stderr, "mini_trainer: error: %s\n", e.what());
     return fail(2);

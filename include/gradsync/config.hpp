@@ -5,6 +5,12 @@
 #define GRADSYNC_VERSION_MAJOR 0
 #define GRADSYNC_VERSION_MINOR 1
 #define GRADSYNC_VERSION_PATCH 0
+#define GRADSYNC_STRINGIFY_(x) #x
+#define GRADSYNC_STRINGIFY(x) GRADSYNC_STRINGIFY_(x)
+/// "MAJOR.MINOR.PATCH" (programs' --version; meson.build's project version must match).
+#define GRADSYNC_VERSION_STRING              \
+  GRADSYNC_STRINGIFY(GRADSYNC_VERSION_MAJOR) \
+  "." GRADSYNC_STRINGIFY(GRADSYNC_VERSION_MINOR) "." GRADSYNC_STRINGIFY(GRADSYNC_VERSION_PATCH)
 
 // Marks the elementwise functors that run both in host loops and in CUDA kernels.
 #if defined(__CUDACC__) || defined(__HIPCC__)
