@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The gradsync rows, one translation unit per transport (rows_local.cpp, rows_shm.cpp,
+// The gradsync rows, one translation unit per transport (rows_local.cpp, rows_shm_core.cpp,
 // rows_mpi.cpp, rows_two_level.cpp) so that they compile in parallel; main.cpp only sees these
-// declarations.
+// declarations. The shm rows need MPI only to bootstrap (rows_shm.cpp): their instantiations
+// (rows_shm_core.cpp) are compiled once, without MPI, for every MPI flavour.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +19,8 @@
 
 namespace gradsync::transport {
 class local;
-}
+struct shm_options;
+}  // namespace gradsync::transport
 
 namespace gradsync::bench {
 
@@ -38,6 +40,14 @@ struct gradsync_totals {
 /// Every requested algorithm over the in-process transport `t` (rank g.rank()).
 gradsync_totals run_local_rows(transport::local& t, group& g, const options& o, csv_writer& csv,
                                const std::string& mpi_name);
+
+class partner_source;
+
+/// Every requested algorithm over a transport::shm made from `so` (the ranks of g);
+/// `partner` (or nullptr) as in run_gradsync_rows. Compiled without MPI.
+gradsync_totals run_shm_rows_on(const transport::shm_options& so, group& g, const options& o,
+                                csv_writer& csv, const std::string& mpi_name, bool registered,
+                                partner_source* partner);
 
 #ifdef GRADSYNC_BENCH_MPI
 /// Every requested algorithm over transport::shm bootstrapped from `comm` (the ranks of g).

@@ -10,6 +10,7 @@
 #if __has_include("gradsync/transport/mpi.hpp")
 #include "gradsync/transport/mpi.hpp"
 #include "gradsync_rows.hpp"
+#include "partner.hpp"
 #include "peer_mpi.hpp"
 #define GRADSYNC_BENCH_HAVE_MPI_TRANSPORT 1
 #endif
@@ -20,11 +21,10 @@ gradsync_totals run_mpi_rows(MPI_Comm comm, group& g, const options& o, csv_writ
                              const std::string& mpi_name) {
 #ifdef GRADSYNC_BENCH_HAVE_MPI_TRANSPORT
   transport::mpi t(comm, {.stage_limit_bytes = o.mpi_stage});
-  if (o.interleave) {
-    mpi_peer_maker partner(comm, mpi_name);
-    return run_gradsync_rows(t, g, o, csv, mpi_name, false, &partner);
-  }
-  return run_gradsync_rows(t, g, o, csv, mpi_name);
+  mpi_peer_maker maker(comm, mpi_name);
+  partner_of<mpi_peer_maker> partner(maker);
+  partner_source* p = o.interleave ? &partner : nullptr;  // one instantiation either way
+  return run_gradsync_rows(t, g, o, csv, mpi_name, false, p);
 #else
   (void)comm, (void)o, (void)csv, (void)mpi_name;
   if (g.rank() == 0) {

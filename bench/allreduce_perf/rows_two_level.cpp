@@ -13,6 +13,7 @@
 #if __has_include("gradsync/transport/two_level_mpi.hpp")
 #include "gradsync/transport/two_level_mpi.hpp"
 #include "gradsync_rows.hpp"
+#include "partner.hpp"
 #include "peer_mpi.hpp"
 #define GRADSYNC_BENCH_HAVE_TWO_LEVEL 1
 #endif
@@ -32,11 +33,10 @@ gradsync_totals run_two_level_rows(MPI_Comm comm, group& g, const options& o, cs
     std::printf("#\n# transport=two_level: %zu node(s) of %zu rank(s) (shm inside, mpi across)\n",
                 t.inter().size(), t.intra().size());
   }
-  if (o.interleave) {
-    mpi_peer_maker partner(comm, mpi_name);
-    return run_gradsync_rows(t, g, o, csv, mpi_name, false, &partner);
-  }
-  return run_gradsync_rows(t, g, o, csv, mpi_name);
+  mpi_peer_maker maker(comm, mpi_name);
+  partner_of<mpi_peer_maker> partner(maker);
+  partner_source* p = o.interleave ? &partner : nullptr;  // one instantiation either way
+  return run_gradsync_rows(t, g, o, csv, mpi_name, false, p);
 #else
   (void)comm, (void)o, (void)csv, (void)mpi_name;
   if (g.rank() == 0) {
