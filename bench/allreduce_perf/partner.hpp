@@ -20,6 +20,10 @@ namespace gradsync::bench {
 template <class T>
 struct type_tag {};
 
+// The element types visit_dtype dispatches to, once: X(T) for each.
+#define GRADSYNC_BENCH_PARTNER_TYPES(X) \
+  X(float) X(double) X(half) X(bfloat16) X(std::int32_t) X(std::int64_t)
+
 /// What run_gradsync_rows needs of a partner: make<T, Op>(o) and make_exchange<T>(o).
 class partner_source {
  public:
@@ -37,12 +41,7 @@ class partner_source {
 #define GRADSYNC_BENCH_PARTNER_TYPE(T)                                     \
   virtual subject<T> make_for(type_tag<T>, reduce_op, const options&) = 0; \
   virtual subject<T> exchange_for(type_tag<T>, const options&) = 0;
-  GRADSYNC_BENCH_PARTNER_TYPE(float)
-  GRADSYNC_BENCH_PARTNER_TYPE(double)
-  GRADSYNC_BENCH_PARTNER_TYPE(half)
-  GRADSYNC_BENCH_PARTNER_TYPE(bfloat16)
-  GRADSYNC_BENCH_PARTNER_TYPE(std::int32_t)
-  GRADSYNC_BENCH_PARTNER_TYPE(std::int64_t)
+  GRADSYNC_BENCH_PARTNER_TYPES(GRADSYNC_BENCH_PARTNER_TYPE)
 #undef GRADSYNC_BENCH_PARTNER_TYPE
 };
 
@@ -72,15 +71,12 @@ class partner_of final : public partner_source {
   subject<T> exchange_for(type_tag<T>, const options& o) override {           \
     return m_.template make_exchange<T>(o);                                   \
   }
-  GRADSYNC_BENCH_PARTNER_TYPE(float)
-  GRADSYNC_BENCH_PARTNER_TYPE(double)
-  GRADSYNC_BENCH_PARTNER_TYPE(half)
-  GRADSYNC_BENCH_PARTNER_TYPE(bfloat16)
-  GRADSYNC_BENCH_PARTNER_TYPE(std::int32_t)
-  GRADSYNC_BENCH_PARTNER_TYPE(std::int64_t)
+  GRADSYNC_BENCH_PARTNER_TYPES(GRADSYNC_BENCH_PARTNER_TYPE)
 #undef GRADSYNC_BENCH_PARTNER_TYPE
 
   Maker& m_;
 };
+
+#undef GRADSYNC_BENCH_PARTNER_TYPES
 
 }  // namespace gradsync::bench
