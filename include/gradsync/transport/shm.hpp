@@ -129,7 +129,7 @@ class shm_state {
         p2p_(seg_, o.rank),
         heap_(seg_.layout().geo.heap_bytes),
         spin_(spin_budget::for_group(o.size)),
-        job_ranks_(o.job_ranks.size() == o.size ? o.job_ranks : std::vector<std::size_t>{}),
+        job_ranks_(sub_group_ranks(o)),
         host_(o.host) {}
 
   ~shm_state() {
@@ -200,15 +200,20 @@ class shm_state {
     if (job_ranks_.empty()) return s;
     s.rank = job_ranks_[rank_];
     s.peer = peer < size_ ? job_ranks_[peer] : peer;
-    for (std::size_t r = 0; r < size_; ++r) {
-      if (job_ranks_[r] != r) {
-        s.group_rank = rank_;
-        s.group_peer = peer < size_ ? peer : error_site::npos;
-        s.group_size = size_;
-        break;
-      }
-    }
+    s.group_rank = rank_;
+    s.group_peer = peer < size_ ? peer : error_site::npos;
+    s.group_size = size_;
     return s;
+  }
+
+  // o.job_ranks when this group is a proper part of the job; else empty (the group's
+  // ranks are the job's, and errors say nothing of a sub-group).
+  static std::vector<std::size_t> sub_group_ranks(const shm_options& o) {
+    if (o.job_ranks.size() != o.size) return {};
+    for (std::size_t r = 0; r < o.size; ++r) {
+      if (o.job_ranks[r] != r) return o.job_ranks;
+    }
+    return {};
   }
 
   void wake_all() {
