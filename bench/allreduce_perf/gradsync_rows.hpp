@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "gradsync/algorithm/ring.hpp"
-#include "gradsync/algorithm/runs_on.hpp"
+#include "gradsync/algo/ring.hpp"
+#include "gradsync/algo/runs_on.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
@@ -23,28 +23,28 @@
 #include "rows.hpp"
 #include "sweep.hpp"
 
-#if __has_include("gradsync/algorithm/tree.hpp")
-#include "gradsync/algorithm/tree.hpp"
+#if __has_include("gradsync/algo/tree.hpp")
+#include "gradsync/algo/tree.hpp"
 #define GRADSYNC_BENCH_HAVE_TREE 1
 #endif
-#if __has_include("gradsync/algorithm/halving_doubling.hpp")
-#include "gradsync/algorithm/halving_doubling.hpp"
+#if __has_include("gradsync/algo/halving_doubling.hpp")
+#include "gradsync/algo/halving_doubling.hpp"
 #define GRADSYNC_BENCH_HAVE_HALVING_DOUBLING 1
 #endif
-#if __has_include("gradsync/algorithm/direct.hpp")
-#include "gradsync/algorithm/direct.hpp"
+#if __has_include("gradsync/algo/direct.hpp")
+#include "gradsync/algo/direct.hpp"
 #define GRADSYNC_BENCH_HAVE_DIRECT 1
 #endif
-#if __has_include("gradsync/algorithm/auto_select.hpp")
-#include "gradsync/algorithm/auto_select.hpp"
+#if __has_include("gradsync/algo/auto_select.hpp")
+#include "gradsync/algo/auto_select.hpp"
 #define GRADSYNC_BENCH_HAVE_AUTO 1
 #endif
-#if __has_include("gradsync/algorithm/native.hpp")
-#include "gradsync/algorithm/native.hpp"  // runs only over transports with native_allreduce
+#if __has_include("gradsync/algo/native.hpp")
+#include "gradsync/algo/native.hpp"  // runs only over transports with native_allreduce
 #define GRADSYNC_BENCH_HAVE_NATIVE 1
 #endif
-#if __has_include("gradsync/algorithm/hierarchical.hpp")
-#include "gradsync/algorithm/hierarchical.hpp"  // runs only over a transport::two_level
+#if __has_include("gradsync/algo/hierarchical.hpp")
+#include "gradsync/algo/hierarchical.hpp"  // runs only over a transport::two_level
 #define GRADSYNC_BENCH_HAVE_HIERARCHICAL 1
 #endif
 

@@ -8,7 +8,7 @@
 #ifdef GRADSYNC_BENCH_MPI
 #include <mpi.h>
 
-#include "gradsync/transport/mpi_exit.hpp"
+#include "gradsync/transport/mpi/exit.hpp"
 #endif
 
 #include <unistd.h>
@@ -24,7 +24,7 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/hash_store.h>
 
-#include "gradsync/transport/run_local.hpp"
+#include "gradsync/transport/local/run.hpp"
 #include "rows.hpp"
 #include "options.hpp"
 #include "peer_gloo.hpp"

@@ -18,7 +18,7 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/kernels/host.hpp"
-#include "gradsync/transport/mpi_types.hpp"
+#include "gradsync/transport/mpi/types.hpp"
 #include "options.hpp"
 #include "sweep.hpp"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "gradsync/transport/shm_mpi.hpp"
+#include "gradsync/transport/shm/from_mpi.hpp"
 #include "partner.hpp"
 #include "peer_mpi.hpp"
 #include "rows.hpp"

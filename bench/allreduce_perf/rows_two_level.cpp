@@ -10,8 +10,8 @@
 
 #include "rows.hpp"
 
-#if __has_include("gradsync/transport/two_level_mpi.hpp")
-#include "gradsync/transport/two_level_mpi.hpp"
+#if __has_include("gradsync/transport/two_level/from_mpi.hpp")
+#include "gradsync/transport/two_level/from_mpi.hpp"
 #include "gradsync_rows.hpp"
 #include "partner.hpp"
 #include "peer_mpi.hpp"
@@ -41,7 +41,7 @@ gradsync_totals run_two_level_rows(MPI_Comm comm, group& g, const options& o, cs
   (void)comm, (void)o, (void)csv, (void)mpi_name;
   if (g.rank() == 0) {
     std::printf(
-        "#\n# transport=two_level: not in this build (gradsync/transport/two_level_mpi.hpp "
+        "#\n# transport=two_level: not in this build (gradsync/transport/two_level/from_mpi.hpp "
         "is missing); skipped\n");
   }
   return {};

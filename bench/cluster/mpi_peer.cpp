@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "gradsync/transport/mpi_exit.hpp"
+#include "gradsync/transport/mpi/exit.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -56,6 +56,6 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  // Bounded: MPICH over UCX's TCP transport sometimes hangs here (transport/mpi_exit.hpp).
+  // Bounded: MPICH over UCX's TCP transport sometimes hangs here (transport/mpi/exit.hpp).
   return gradsync::transport::finalize_job(bad_total ? 1 : 0);
 }

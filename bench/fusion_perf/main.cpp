@@ -34,8 +34,8 @@
 #include <mpi.h>
 
 #include <gradsync/transport/mpi.hpp>
-#include <gradsync/transport/mpi_exit.hpp>
-#include <gradsync/transport/shm_mpi.hpp>
+#include <gradsync/transport/mpi/exit.hpp>
+#include <gradsync/transport/shm/from_mpi.hpp>
 
 #include "../common/mpi_group.hpp"
 #endif

@@ -18,15 +18,16 @@
 #include <string>
 #include <vector>
 
+#include <gradsync/allreduce.hpp>
 #include <gradsync/kernels/elementwise.cuh>
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/algo/native.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/cuda_ipc.hpp>
-#include <gradsync/transport/cuda_ipc_fork.hpp>
+#include <gradsync/transport/cuda_ipc/fork.hpp>
 #if defined(GRADSYNC_BENCH_NCCL)
 #include <gradsync/transport/nccl.hpp>
-#include <gradsync/transport/nccl_group.hpp>
-#include <gradsync/transport/nccl_ring.hpp>
+#include <gradsync/transport/nccl/group.hpp>
+#include <gradsync/algo/nccl_ring.hpp>
 #endif
 
 namespace gs = gradsync;

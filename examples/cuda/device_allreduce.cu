@@ -8,9 +8,10 @@
 #include <cstdio>
 #include <vector>
 
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/allreduce.hpp>
+#include <gradsync/algo/native.hpp>
 #include <gradsync/transport/cuda_ipc.hpp>
-#include <gradsync/transport/cuda_ipc_fork.hpp>
+#include <gradsync/transport/cuda_ipc/fork.hpp>
 
 namespace gs = gradsync;
 

@@ -13,10 +13,10 @@
 #include <string_view>
 #include <vector>
 
-#include <gradsync/algorithm/direct.hpp>
-#include <gradsync/algorithm/hierarchical.hpp>
-#include <gradsync/algorithm/native.hpp>
-#include <gradsync/algorithm/runs_on.hpp>
+#include <gradsync/algo/direct.hpp>
+#include <gradsync/algo/hierarchical.hpp>
+#include <gradsync/algo/native.hpp>
+#include <gradsync/algo/runs_on.hpp>
 #include <gradsync/gradsync.hpp>
 
 #include "config.hpp"

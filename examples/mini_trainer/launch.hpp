@@ -21,7 +21,7 @@ std::vector<std::string> launch_shm(const run_context& ctx);
 
 #ifdef MINI_TRAINER_MPI
 #include <gradsync/transport/mpi.hpp>
-#include <gradsync/transport/two_level_mpi.hpp>
+#include <gradsync/transport/two_level/from_mpi.hpp>
 
 namespace mini_trainer {
 /// --transport mpi: this process is rank t.rank() of MPI_COMM_WORLD.

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <gradsync/algorithm/direct.hpp>
+#include <gradsync/algo/direct.hpp>
 #include <gradsync/transport/shm.hpp>
 
 #include "config.hpp"

@@ -27,7 +27,7 @@
 #ifdef MINI_TRAINER_MPI
 #include <mpi.h>
 
-#include <gradsync/transport/mpi_exit.hpp>
+#include <gradsync/transport/mpi/exit.hpp>
 #endif
 
 namespace mt = mini_trainer;

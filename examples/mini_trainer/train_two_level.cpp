@@ -2,7 +2,7 @@
 // --transport two_level: the training loop instantiated for two_level<shm, mpi>.
 #include <string>
 
-#include <gradsync/transport/two_level_mpi.hpp>
+#include <gradsync/transport/two_level/from_mpi.hpp>
 
 #include "dispatch.hpp"
 #include "launch.hpp"

@@ -1,24 +1,41 @@
 // SPDX-License-Identifier: Apache-2.0
-// The free-function entry points: allreduce<Algorithm>(transport, in, out, op) and the
-// in-place allreduce<Algorithm>(transport, data, op).
+// Every free entry point of gradsync: the in-place allreduce<Algorithm>(transport, data, op)
+// and the out-of-place one on host memory, over a flat transport or a transport::two_level
+// (algo::hierarchical), and the stream-ordered one on device memory (device_span, over
+// transport::nccl / cuda_ipc / mpi_device). Each begins a call the same way (begin_call).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "gradsync/algorithm/concept.hpp"
-#include "gradsync/core/consistency.hpp"
+#include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/hierarchical.hpp"
+#include "gradsync/check/consistency.hpp"
+#include "gradsync/check/verify.hpp"
+#include "gradsync/core/call.hpp"
 #include "gradsync/core/deadline.hpp"
+#include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
-#include "gradsync/core/verify.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/two_level.hpp"
 
 namespace gradsync {
+
+namespace detail {
+/// What every entry point does first: number the call (the same on every rank) and fix
+/// its deadline.
+template <class Tr>
+call_context begin_call(Tr& t, const call_options& opt) {
+  const std::uint64_t seq = t.next_seq();
+  return {opt.make_deadline(), seq, data_tag(seq)};
+}
+}  // namespace detail
 
 /// In-place allreduce of `data` across the ranks of `t` with algorithm A. Every rank
 /// ends with bitwise-identical contents. Throws gradsync::error (timeout, peer_lost,
@@ -30,8 +47,8 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   static_assert(!std::is_const_v<T>,
                 "gradsync: the in-place allreduce writes its buffer; pass a std::span of "
                 "non-const elements (or use the overload with a separate output span)");
-  const std::uint64_t seq = t.next_seq();
-  const call_context ctx{opt.make_deadline(), seq, data_tag(seq)};
+  const call_context ctx = detail::begin_call(t, opt);
+  const std::uint64_t seq = ctx.seq;
   // Algorithms that compare call headers in their own first exchange (algo::direct_*)
   // declare `checks_headers = true` (or `checks_headers_on<Tr>`) and skip this round trip.
   constexpr bool checks_always = requires {
@@ -71,6 +88,70 @@ void allreduce(Tr& t, std::span<TIn> in, std::span<T> out, Op op, const call_opt
   }
   t.executor().copy(out.data(), in.data(), bytes);
   allreduce<A>(t, out, op, opt);
+}
+
+/// In-place allreduce over a two-level transport; A must be algo::hierarchical<...>.
+template <class A, class Intra, class Inter, class T, class Op>
+void allreduce(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
+               const call_options& opt = {}) {
+  check_two_level_composition<A, Intra, Inter, std::remove_const_t<T>, Op>();
+  static_assert(!std::is_const_v<T>,
+                "gradsync: the in-place allreduce writes its buffer; pass a std::span of "
+                "non-const elements");
+  if constexpr (detail::is_hierarchical<A>) A::run(t, data, op, opt);
+}
+
+template <class T>
+inline constexpr bool memory_space_error_v = false;  // dependent false for static_asserts
+
+/// Device transports refuse std::span: it is taken to be host memory.
+template <class A, class Tr, class T, class Op>
+requires device_transport<Tr>
+void allreduce(Tr&, std::span<T>, Op, const call_options& = {}) {
+  static_assert(memory_space_error_v<T>,
+                "gradsync: this transport (transport::nccl or transport::cuda_ipc) moves device "
+                "memory and a std::span means host memory; wrap the GPU buffer in "
+                "gradsync::device_span<T>{ptr, count}, or use transport::local, shm or mpi for "
+                "host buffers");
+}
+
+/// In-place allreduce of device memory, enqueued on t's stream (returns without waiting;
+/// t.synchronize(deadline) waits). Every rank ends with bitwise-identical contents.
+/// A: algo::native (ncclAllReduce; cuda_ipc one-shot/two-shot kernels) or an algorithm
+/// with run_device (algo::nccl_ring).
+template <class A, class Tr, class T, class Op>
+void allreduce(Tr& t, device_span<T> data, Op op, const call_options& opt = {}) {
+  static_assert(device_transport<Tr>,
+                "gradsync: device memory (gradsync::device_span) given to a host transport; "
+                "use transport::nccl (GPUs anywhere) or transport::cuda_ipc (GPUs of one host) "
+                "for device buffers, or copy to host memory and pass a std::span");
+  check_element_type<std::remove_const_t<T>>();
+  check_op_for<std::remove_const_t<T>, Op>();
+  static_assert(!std::is_const_v<T>,
+                "gradsync: the in-place allreduce writes its buffer; pass "
+                "a device_span of non-const elements");
+  constexpr bool native = requires {
+    requires A::needs_native;
+  };  // algo::native
+  static_assert(native || device_algorithm_for<A, Tr>,
+                "gradsync: this algorithm is written for host memory (it reduces on the host "
+                "and uses host scratch); on device memory use algo::native (transport::nccl, "
+                "transport::cuda_ipc) or algo::nccl_ring (transport::nccl)");
+  if constexpr (device_transport<Tr>) {
+    if (opt.verify) {
+      throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
+                  "call_options::verify (GRADSYNC_VERIFY=1) hashes results in host memory and "
+                  "this transport's buffers are device memory; unset it for device calls");
+    }
+    const call_context ctx = detail::begin_call(t, opt);
+    if constexpr (native) {
+      static_assert(Tr::native_allreduce,
+                    "gradsync: algo::native needs a transport with its own allreduce");
+      if (!data.empty()) t.allreduce_native(data.data(), data.size(), op, ctx);
+    } else if constexpr (device_algorithm_for<A, Tr>) {
+      A::run_device(t, data, op, ctx);
+    }
+  }
 }
 
 }  // namespace gradsync

@@ -30,12 +30,12 @@
 #include <utility>
 #include <vector>
 
-#include "gradsync/algorithm/concept.hpp"
-#include "gradsync/algorithm/hierarchical.hpp"
+#include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/hierarchical.hpp"
 #include "gradsync/allreduce.hpp"
-#include "gradsync/compression/cast.hpp"
-#include "gradsync/compression/concept.hpp"
-#include "gradsync/compression/none.hpp"
+#include "gradsync/compress/cast.hpp"
+#include "gradsync/compress/concept.hpp"
+#include "gradsync/compress/none.hpp"
 #include "gradsync/core/async.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"

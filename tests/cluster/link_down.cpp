@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include <gradsync/algorithm/hierarchical.hpp>
-#include <gradsync/transport/mpi_exit.hpp>
-#include <gradsync/transport/two_level_mpi.hpp>
+#include <gradsync/algo/hierarchical.hpp>
+#include <gradsync/transport/mpi/exit.hpp>
+#include <gradsync/transport/two_level/from_mpi.hpp>
 
 namespace gs = gradsync;
 

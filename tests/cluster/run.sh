@@ -5,7 +5,7 @@
 # network namespaces cannot be made.
 # One tolerance, said aloud: when every case passed on every rank and the job's status
 # comes only from MPI_Finalize not returning (MPICH 4.0 over UCX's TCP transport, about
-# 1 run in 10 here; transport/mpi_exit.hpp), the run passes with a note.
+# 1 run in 10 here; transport/mpi/exit.hpp), the run passes with a note.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 vc=$root/scripts/vcluster

@@ -15,13 +15,13 @@
 #include <tuple>
 #include <vector>
 
-#include <gradsync/algorithm/hierarchical.hpp>
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/algo/hierarchical.hpp>
+#include <gradsync/algo/native.hpp>
 #include <gradsync/allreducer.hpp>
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/mpi.hpp>
-#include <gradsync/transport/two_level_mpi.hpp>
+#include <gradsync/transport/two_level/from_mpi.hpp>
 
 #include "mpi_harness.hpp"
 

@@ -2,7 +2,7 @@
 // The direct (peer-memory) algorithms cannot run over MPI point-to-point.
 #include <vector>
 #include <gradsync/gradsync.hpp>
-#include <gradsync/algorithm/direct.hpp>
+#include <gradsync/algo/direct.hpp>
 #include <gradsync/transport/mpi.hpp>
 namespace gs = gradsync;
 void f(gs::transport::mpi& t) {

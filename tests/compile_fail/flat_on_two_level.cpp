@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A transport::two_level runs algo::hierarchical only; a flat algorithm is refused.
 #include <vector>
-#include <gradsync/algorithm/hierarchical.hpp>
+#include <gradsync/algo/hierarchical.hpp>
 #include <gradsync/gradsync.hpp>
 namespace gs = gradsync;
 void f(gs::transport::two_level<gs::transport::local, gs::transport::local>& t) {

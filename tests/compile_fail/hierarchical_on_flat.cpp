@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // algo::hierarchical needs a transport::two_level (a node's transport plus one across nodes).
 #include <vector>
-#include <gradsync/algorithm/hierarchical.hpp>
+#include <gradsync/algo/hierarchical.hpp>
 #include <gradsync/gradsync.hpp>
 namespace gs = gradsync;
 void f(gs::transport::local& t) {

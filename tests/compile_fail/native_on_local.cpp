@@ -2,7 +2,7 @@
 // algo::native calls the transport's own allreduce; transport::local has none.
 #include <vector>
 #include <gradsync/gradsync.hpp>
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/algo/native.hpp>
 namespace gs = gradsync;
 void f(gs::transport::local& t) {
   std::vector<float> v(4);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // transport::two_level is for host memory; a device transport is refused with advice.
-#include <gradsync/algorithm/hierarchical.hpp>
+#include <gradsync/algo/hierarchical.hpp>
 #include <gradsync/gradsync.hpp>
 namespace gs = gradsync;
 struct device_like : gs::transport::local {  // stands in for a device transport

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Measures ring / tree / halving_doubling on transport::local for the auto_select
-// table (algorithm/auto_select.hpp). Not a test: build it on demand with
+// table (algo/auto_select.hpp). Not a test: build it on demand with
 //   ninja -C <builddir> tests/core/measure_algorithms && <builddir>/tests/core/measure_algorithms
 //   [runs]
 // Each run times 9 interleaved calls (order rotated, ranks lined up before each) of each algorithm

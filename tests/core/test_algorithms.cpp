@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <gradsync/algorithm/detail/btree.hpp>
+#include <gradsync/algo/detail/btree.hpp>
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 

@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include <gradsync/algorithm/halving_doubling.hpp>
-#include <gradsync/algorithm/hierarchical.hpp>
-#include <gradsync/algorithm/tree.hpp>
+#include <gradsync/algo/halving_doubling.hpp>
+#include <gradsync/algo/hierarchical.hpp>
+#include <gradsync/algo/tree.hpp>
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 

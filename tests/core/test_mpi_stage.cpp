@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include <gradsync/transport/mpi_stage.hpp>
+#include <gradsync/transport/mpi/stage.hpp>
 
 namespace gd = gradsync::transport::detail;
 using pool = gd::mpi_stage_pool;

@@ -14,9 +14,9 @@
 #include <tuple>
 #include <vector>
 
-#include <gradsync/algorithm/direct.hpp>
-#include <gradsync/algorithm/native.hpp>
-#include <gradsync/algorithm/runs_on.hpp>
+#include <gradsync/algo/direct.hpp>
+#include <gradsync/algo/native.hpp>
+#include <gradsync/algo/runs_on.hpp>
 #include <gradsync/gradsync.hpp>
 #include <gradsync/transport/shm.hpp>
 

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include <gradsync/core/verify.hpp>
+#include <gradsync/check/verify.hpp>
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 

@@ -5,7 +5,7 @@
 #include <gradsync/kernels/pack.cuh>
 #include <gradsync/transport/cuda_ipc.hpp>
 #if defined(GRADSYNC_HAVE_NCCL)
-#include <gradsync/transport/nccl_ring.hpp>
+#include <gradsync/algo/nccl_ring.hpp>
 #endif
 
 namespace gs = gradsync;

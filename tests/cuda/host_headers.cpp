@@ -1,19 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // Every host-side CUDA header compiles with the plain host compiler (no nvcc), and the
 // nccl native path instantiates from host code: this file only has to build.
-#include <gradsync/algorithm/native.hpp>
-#include <gradsync/algorithm/ring.hpp>
-#include <gradsync/algorithm/runs_on.hpp>
+#include <gradsync/allreduce.hpp>
+#include <gradsync/algo/native.hpp>
+#include <gradsync/algo/ring.hpp>
+#include <gradsync/algo/runs_on.hpp>
 #include <gradsync/core/cuda_check.hpp>
 #include <gradsync/core/device_memory.hpp>
 #include <gradsync/kernels/device_body.hpp>
 #include <gradsync/kernels/device_executor.hpp>
 #include <gradsync/kernels/device_pack.hpp>
 #include <gradsync/transport/cuda_ipc.hpp>
-#include <gradsync/transport/cuda_ipc_fork.hpp>
+#include <gradsync/transport/cuda_ipc/fork.hpp>
 #include <gradsync/transport/nccl.hpp>
-#include <gradsync/transport/nccl_group.hpp>
-#include <gradsync/transport/nccl_ring.hpp>
+#include <gradsync/transport/nccl/group.hpp>
+#include <gradsync/algo/nccl_ring.hpp>
 
 namespace gs = gradsync;
 

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The MPI-facing CUDA headers compile with the plain host compiler.
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/allreduce.hpp>
+#include <gradsync/algo/native.hpp>
 #include <gradsync/transport/cuda_ipc.hpp>
 #include <gradsync/transport/mpi_device.hpp>
-#include <gradsync/transport/nccl_mpi.hpp>
+#include <gradsync/transport/nccl/from_mpi.hpp>
 
 namespace gs = gradsync;
 

@@ -13,7 +13,7 @@
 
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/cuda_ipc.hpp>
-#include <gradsync/transport/cuda_ipc_fork.hpp>
+#include <gradsync/transport/cuda_ipc/fork.hpp>
 
 #include "gpu_test.hpp"
 

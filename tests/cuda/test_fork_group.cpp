@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <gradsync/transport/cuda_ipc_fork.hpp>
+#include <gradsync/transport/cuda_ipc/fork.hpp>
 
 using gradsync::transport::fork_group;
 

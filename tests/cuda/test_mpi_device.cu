@@ -9,7 +9,8 @@
 #include <span>
 #include <vector>
 
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/allreduce.hpp>
+#include <gradsync/algo/native.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/mpi.hpp>
 #include <gradsync/transport/mpi_device.hpp>

@@ -12,11 +12,12 @@
 #include <thread>
 #include <vector>
 
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/allreduce.hpp>
+#include <gradsync/algo/native.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/nccl.hpp>
-#include <gradsync/transport/nccl_group.hpp>
-#include <gradsync/transport/nccl_ring.hpp>
+#include <gradsync/transport/nccl/group.hpp>
+#include <gradsync/algo/nccl_ring.hpp>
 
 #include "gpu_test.hpp"
 #include "watchdog.hpp"

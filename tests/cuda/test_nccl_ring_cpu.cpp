@@ -13,7 +13,7 @@
 
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
-#include <gradsync/transport/nccl_ring.hpp>
+#include <gradsync/algo/nccl_ring.hpp>
 
 #include "watchdog.hpp"
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/algo/native.hpp>
 #include <gradsync/transport/mpi.hpp>
-#include <gradsync/algorithm/direct.hpp>
-#include <gradsync/transport/shm_mpi.hpp>
+#include <gradsync/algo/direct.hpp>
+#include <gradsync/transport/shm/from_mpi.hpp>
 
 #include "fusion_helpers.hpp"
 #include "mpi_harness.hpp"

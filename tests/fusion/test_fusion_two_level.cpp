@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include <gradsync/algorithm/hierarchical.hpp>
-#include <gradsync/algorithm/tree.hpp>
+#include <gradsync/algo/hierarchical.hpp>
+#include <gradsync/algo/tree.hpp>
 #include <gradsync/allreducer.hpp>
 #include <gradsync/gradsync.hpp>
 

@@ -25,7 +25,7 @@
 
 #include <gradsync/core/deadline.hpp>
 #include <gradsync/core/error.hpp>
-#include <gradsync/transport/mpi_poll.hpp>
+#include <gradsync/transport/mpi/poll.hpp>
 
 namespace gradsync::testbed {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include <gradsync/core/error.hpp>
-#include <gradsync/transport/mpi_exit.hpp>
+#include <gradsync/transport/mpi/exit.hpp>
 
 #include "mpi_harness.hpp"
 #include "watchdog.hpp"
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   gradsync::testbed::world_barrier();
   // Bounded: MPICH 4.0 over UCX's TCP transport hangs in MPI_Finalize across hosts after
   // every rank finished (in the cluster suite's MPICH jobs, nearly always; see
-  // transport/mpi_exit.hpp); the exit code was agreed above, and a healthy finalize
+  // transport/mpi/exit.hpp); the exit code was agreed above, and a healthy finalize
   // takes well under a second.
   return gradsync::transport::finalize_job(rc, std::chrono::seconds(10));
 }

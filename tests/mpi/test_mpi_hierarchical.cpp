@@ -16,15 +16,15 @@
 #include <string>
 #include <vector>
 
-#include <gradsync/algorithm/hierarchical.hpp>
-#include <gradsync/algorithm/direct.hpp>
-#include <gradsync/algorithm/halving_doubling.hpp>
-#include <gradsync/algorithm/native.hpp>
-#include <gradsync/algorithm/runs_on.hpp>
-#include <gradsync/algorithm/tree.hpp>
+#include <gradsync/algo/hierarchical.hpp>
+#include <gradsync/algo/direct.hpp>
+#include <gradsync/algo/halving_doubling.hpp>
+#include <gradsync/algo/native.hpp>
+#include <gradsync/algo/runs_on.hpp>
+#include <gradsync/algo/tree.hpp>
 #include <gradsync/allreducer.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
-#include <gradsync/transport/two_level_mpi.hpp>
+#include <gradsync/transport/two_level/from_mpi.hpp>
 
 #include "mpi_harness.hpp"
 

@@ -19,7 +19,7 @@
 #include <tuple>
 #include <vector>
 
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/algo/native.hpp>
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/mpi.hpp>

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/algo/native.hpp>
 #include <gradsync/gradsync.hpp>
 #include <gradsync/observe/traced_transport.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/mpi.hpp>
-#include <gradsync/transport/mpi_stage.hpp>
+#include <gradsync/transport/mpi/stage.hpp>
 
 #include "mpi_harness.hpp"
 

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include <gradsync/algorithm/auto_select.hpp>
-#include <gradsync/algorithm/direct.hpp>
-#include <gradsync/algorithm/ring.hpp>
+#include <gradsync/algo/auto_select.hpp>
+#include <gradsync/algo/direct.hpp>
+#include <gradsync/algo/ring.hpp>
 #include <gradsync/allreduce.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/shm.hpp>

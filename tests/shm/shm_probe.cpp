@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include <gradsync/algorithm/direct.hpp>
-#include <gradsync/algorithm/halving_doubling.hpp>
-#include <gradsync/algorithm/ring.hpp>
-#include <gradsync/algorithm/tree.hpp>
+#include <gradsync/algo/direct.hpp>
+#include <gradsync/algo/halving_doubling.hpp>
+#include <gradsync/algo/ring.hpp>
+#include <gradsync/algo/tree.hpp>
 #include <gradsync/allreduce.hpp>
 #include <gradsync/transport/shm.hpp>
 

@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include <gradsync/algorithm/auto_select.hpp>
-#include <gradsync/algorithm/direct.hpp>
-#include <gradsync/algorithm/ring.hpp>
+#include <gradsync/algo/auto_select.hpp>
+#include <gradsync/algo/direct.hpp>
+#include <gradsync/algo/ring.hpp>
 #include <gradsync/allreduce.hpp>
 #include <gradsync/core/async.hpp>
 #include <gradsync/testing/exact_inputs.hpp>

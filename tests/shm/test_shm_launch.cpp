@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// transport/shm_launch.hpp: where shm::from_env() takes rank, size and job from —
+// transport/shm/launch.hpp: where shm::from_env() takes rank, size and job from —
 // GRADSYNC_SHM_*, else Open MPI's, MPICH Hydra's or Slurm's variables — and the refusal
 // of a launcher job that spans several hosts. The environment is a map handed to
 // detail::shm_launch_from, so no test touches the process's own environment except the
@@ -15,7 +15,7 @@
 #include <string>
 
 #include <gradsync/transport/shm.hpp>
-#include <gradsync/transport/shm_launch.hpp>
+#include <gradsync/transport/shm/launch.hpp>
 
 namespace gs = gradsync;
 

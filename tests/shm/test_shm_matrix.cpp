@@ -11,26 +11,26 @@
 #include <string>
 #include <vector>
 
-#include <gradsync/algorithm/direct.hpp>
-#include <gradsync/algorithm/ring.hpp>
+#include <gradsync/algo/direct.hpp>
+#include <gradsync/algo/ring.hpp>
 #include <gradsync/allreduce.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/shm.hpp>
 
-#if __has_include(<gradsync/algorithm/tree.hpp>)
-#include <gradsync/algorithm/tree.hpp>
+#if __has_include(<gradsync/algo/tree.hpp>)
+#include <gradsync/algo/tree.hpp>
 #define GS_TEST_TREE , gs::algo::tree
 #else
 #define GS_TEST_TREE
 #endif
-#if __has_include(<gradsync/algorithm/halving_doubling.hpp>)
-#include <gradsync/algorithm/halving_doubling.hpp>
+#if __has_include(<gradsync/algo/halving_doubling.hpp>)
+#include <gradsync/algo/halving_doubling.hpp>
 #define GS_TEST_HD , gs::algo::halving_doubling
 #else
 #define GS_TEST_HD
 #endif
-#if __has_include(<gradsync/algorithm/auto_select.hpp>)
-#include <gradsync/algorithm/auto_select.hpp>
+#if __has_include(<gradsync/algo/auto_select.hpp>)
+#include <gradsync/algo/auto_select.hpp>
 #define GS_TEST_AUTO , gs::algo::auto_select
 #else
 #define GS_TEST_AUTO

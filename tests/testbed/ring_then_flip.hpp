@@ -7,7 +7,7 @@
 #include <span>
 #include <string_view>
 
-#include <gradsync/algorithm/ring.hpp>
+#include <gradsync/algo/ring.hpp>
 
 namespace gradsync::testbed {
 

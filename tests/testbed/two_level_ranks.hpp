@@ -12,7 +12,7 @@
 #include <vector>
 
 #include <gradsync/transport/local.hpp>
-#include <gradsync/transport/local_group.hpp>
+#include <gradsync/transport/local/group.hpp>
 
 namespace gradsync::testbed {
 

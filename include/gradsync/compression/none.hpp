@@ -1,16 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// compress::none — values go on the wire as they are.
+// Deprecated path (gradsync 0.1; goes in 0.2): use gradsync/compress/none.hpp.
 #pragma once
 
-#include <string_view>
-
-namespace gradsync::compress {
-
-/// No compression: the wire carries the element type itself.
-struct none {
-  static constexpr std::string_view name = "none";
-  template <class T>
-  using wire_t = T;
-};
-
-}  // namespace gradsync::compress
+#include "gradsync/compress/none.hpp"  // gradsync: forwarding header

@@ -63,17 +63,4 @@ struct deadline {
   double seconds_left() const { return seconds_d(at - clock::now()).count(); }
 };
 
-/// Per-call options shared by every allreduce entry point.
-struct call_options {
-  seconds_d timeout{-1.0};  ///< how long any wait may take; < 0 means default_timeout()
-  bool check = true;        ///< agree on (seq, count, type, op, algorithm) before data moves
-  /// After the call, ranks compare a hash of their results; errc::diverged on every rank
-  /// if any differs (core/verify.hpp). Host memory only. Default: GRADSYNC_VERIFY, else off.
-  bool verify = default_verify();
-
-  deadline make_deadline() const {
-    return deadline::after(timeout.count() < 0 ? default_timeout() : timeout);
-  }
-};
-
 }  // namespace gradsync

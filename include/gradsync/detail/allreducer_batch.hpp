@@ -21,11 +21,11 @@
 #include <utility>
 #include <vector>
 
-#include "gradsync/algorithm/concept.hpp"
-#include "gradsync/algorithm/hierarchical.hpp"
-#include "gradsync/algorithm/tuning.hpp"
+#include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/hierarchical.hpp"
+#include "gradsync/algo/tuning.hpp"
 #include "gradsync/allreduce.hpp"
-#include "gradsync/compression/concept.hpp"
+#include "gradsync/compress/concept.hpp"
 #include "gradsync/core/async.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/log.hpp"
@@ -377,7 +377,7 @@ class batch_runner {
     if constexpr (!compress::compresses_v<Compression, T>) {
       run_wire<T, Op>(static_cast<T*>(data), count, tr, acc);
     } else {
-      // avg: divide before converting, then sum on the wire (compression/cast.hpp).
+      // avg: divide before converting, then sum on the wire (compress/cast.hpp).
       using wire_op = std::conditional_t<Op::id == reduce_op::avg, op::sum_t, Op>;
       T* x = static_cast<T*>(data);
       std::shared_ptr<fusion::arena> wire = acquire_staging(count * sizeof(W));

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "gradsync/core/consistency.hpp"
+#include "gradsync/check/consistency.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/fusion/plan.hpp"

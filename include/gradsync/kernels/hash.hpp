@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // A 64-bit hash of a host buffer at memory speed, for result verification
-// (core/verify.hpp): ranks compare the hashes of their results, so the function must be
+// (check/verify.hpp): ranks compare the hashes of their results, so the function must be
 // the same on every rank whatever its CPU. It is defined by the portable loop below; an
 // AVX2 build of the same arithmetic (chosen at run time) gives the same bits.
 //

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <utility>
 
-#include "gradsync/algorithm/tuning.hpp"
+#include "gradsync/algo/tuning.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/observe/timeline.hpp"

@@ -62,4 +62,29 @@ concept peer_memory_transport = peer_access_transport<T> &&
 template <class T>
 concept native_allreduce_transport = transport_policy<T> && T::native_allreduce;
 
+/// Whether t's messages cross a network between hosts: t.crosses_network() when Tr
+/// declares it (transport::mpi finds out at construction), else false.
+template <class Tr>
+bool crosses_network(const Tr& t) {
+  if constexpr (requires {
+                  { t.crosses_network() } -> std::convertible_to<bool>;
+                }) {
+    return t.crosses_network();
+  } else {
+    return false;
+  }
+}
+
+/// A transport whose buffers live in device memory and whose work is stream-ordered
+/// (transport::nccl, transport::cuda_ipc).
+template <class Tr>
+concept device_transport = requires(Tr& t, const Tr& ct, deadline d) {
+  { Tr::name } -> std::convertible_to<std::string_view>;  // for logs and errors
+  requires Tr::memory == memory_space::device;            // buffers are device memory
+  { ct.rank() } -> std::same_as<std::size_t>;             // this rank
+  { ct.size() } -> std::same_as<std::size_t>;             // ranks in the group
+  { t.next_seq() } -> std::same_as<std::uint64_t>;        // per-call sequence number
+  t.synchronize(d);                                       // wait for enqueued work by d
+};
+
 }  // namespace gradsync

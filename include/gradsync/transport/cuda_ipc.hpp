@@ -27,12 +27,13 @@
 #include <thread>
 #include <vector>
 
-#include "gradsync/algorithm/concept.hpp"
+#include "gradsync/core/call.hpp"
 #include "gradsync/core/cuda_check.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/kernels/device_executor.hpp"
+#include "gradsync/transport/concept.hpp"
 
 #if defined(__CUDACC__)
 #include "gradsync/kernels/ipc.cuh"

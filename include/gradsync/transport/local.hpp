@@ -14,7 +14,7 @@
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/concept.hpp"
-#include "gradsync/transport/local_group.hpp"
+#include "gradsync/transport/local/group.hpp"
 
 namespace gradsync::transport {
 

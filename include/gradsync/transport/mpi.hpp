@@ -49,7 +49,7 @@
 #include <utility>
 #include <vector>
 
-#include "gradsync/algorithm/concept.hpp"
+#include "gradsync/core/call.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
@@ -58,9 +58,9 @@
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/concept.hpp"
-#include "gradsync/transport/mpi_poll.hpp"
-#include "gradsync/transport/mpi_stage.hpp"
-#include "gradsync/transport/mpi_types.hpp"
+#include "gradsync/transport/mpi/poll.hpp"
+#include "gradsync/transport/mpi/stage.hpp"
+#include "gradsync/transport/mpi/types.hpp"
 
 namespace gradsync::transport {
 

@@ -35,7 +35,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "gradsync/algorithm/concept.hpp"
+#include "gradsync/core/call.hpp"
 #include "gradsync/core/cuda_check.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/device_memory.hpp"

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // transport::shm — the processes of one host share ONE POSIX shared-memory segment.
 //
-// Construction (no MPI needed; see transport/shm_mpi.hpp to bootstrap from an MPI
+// Construction (no MPI needed; see transport/shm/from_mpi.hpp to bootstrap from an MPI
 // communicator instead):
 //
 //   // 1. from the environment, so any launcher works:
@@ -10,7 +10,7 @@
 //   //    GRADSYNC_SHM_JOB   an id unique to this job, the same in every process
 //   //                       (e.g. "$SLURM_JOB_ID" or the launcher's pid)
 //   //    or, where those are unset, what mpirun (Open MPI, MPICH) or srun set
-//   //    (transport/shm_launch.hpp; a job spanning several hosts is refused)
+//   //    (transport/shm/launch.hpp; a job spanning several hosts is refused)
 //   auto t = gradsync::transport::shm::from_env();
 //
 //   // 2. or explicitly (shm_options also sets buffer sizes and the bootstrap timeout):
@@ -56,11 +56,11 @@
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/concept.hpp"
-#include "gradsync/transport/shm_heap.hpp"
-#include "gradsync/transport/shm_launch.hpp"
-#include "gradsync/transport/shm_p2p.hpp"
-#include "gradsync/transport/shm_segment.hpp"
-#include "gradsync/transport/shm_wait.hpp"
+#include "gradsync/transport/shm/heap.hpp"
+#include "gradsync/transport/shm/launch.hpp"
+#include "gradsync/transport/shm/p2p.hpp"
+#include "gradsync/transport/shm/segment.hpp"
+#include "gradsync/transport/shm/wait.hpp"
 
 namespace gradsync::transport {
 
@@ -80,7 +80,7 @@ struct shm_options {
   std::string host;
 
   /// Rank, size and job from GRADSYNC_SHM_RANK / _SIZE / _JOB or, where those are unset,
-  /// from the launcher (Open MPI, MPICH Hydra, Slurm; transport/shm_launch.hpp), and
+  /// from the launcher (Open MPI, MPICH Hydra, Slurm; transport/shm/launch.hpp), and
   /// GRADSYNC_SHM_HEAP (optional heap_bytes; K, M or G suffix).
   static shm_options from_env() {
     shm_launch l = shm_launch_from_env();

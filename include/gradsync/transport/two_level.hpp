@@ -3,11 +3,11 @@
 // threads) of one node share a fast point-to-point `Intra` transport (shm, local), and the
 // ranks with the same local index on every node share an `Inter` transport (mpi).
 // Host memory only (device buffers: transport::nccl, whose own allreduce is hierarchical).
-// It carries no messages itself: algo::hierarchical (algorithm/hierarchical.hpp) runs
+// It carries no messages itself: algo::hierarchical (algo/hierarchical.hpp) runs
 // a reduce-scatter inside the node, an allreduce of each rank's shard across the nodes,
 // and an allgather inside the node.
 //
-//   // per process, from MPI (transport/two_level_mpi.hpp): shm inside the node,
+//   // per process, from MPI (transport/two_level/from_mpi.hpp): shm inside the node,
 //   // mpi across nodes
 //   auto t = gradsync::transport::two_level_from_mpi(MPI_COMM_WORLD);
 //   gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(grad), gs::op::avg);
@@ -20,6 +20,7 @@
 // sums later.
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -27,12 +28,12 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
-#include "gradsync/algorithm/ring.hpp"
-#include "gradsync/algorithm/tuning.hpp"
-#include "gradsync/allreduce.hpp"
+#include "gradsync/core/call.hpp"
+#include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
-#include "gradsync/core/op.hpp"
+#include "gradsync/transport/allgather.hpp"
 #include "gradsync/transport/concept.hpp"
 
 namespace gradsync::transport {
@@ -86,12 +87,15 @@ class two_level {
   }
 
  private:
-  // max over {v, -v}: the largest and (negated) smallest v of a group in one call.
+  // The smallest and largest v over group t: one small allgather (transport/allgather.hpp),
+  // since a transport sits below the algorithms.
   template <class Tr>
-  static std::pair<std::int64_t, std::int64_t> spread(Tr& t, std::size_t v) {
-    std::int64_t mm[2] = {static_cast<std::int64_t>(v), -static_cast<std::int64_t>(v)};
-    allreduce<algo::ring>(t, std::span<std::int64_t>(mm, 2), op::max);
-    return {-mm[1], mm[0]};
+  static std::pair<std::uint64_t, std::uint64_t> spread(Tr& t, std::uint64_t v) {
+    std::vector<std::uint64_t> all;
+    gradsync::detail::allgather_pod(t, v, all, consistency_tag(t.next_seq()),
+                                    deadline::after(default_timeout()));
+    const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
+    return {*lo, *hi};
   }
 
   void check_shape() {
@@ -118,18 +122,19 @@ class two_level {
     // One verdict for all: a flag spread inside the node, across nodes, inside again
     // reaches every rank (each node shares a local index with every other node). Bit 0:
     // a fault; bit 1: a network; bit 2: some rank cannot run Inter on a helper thread.
-    std::size_t flags = (why.empty() ? 0 : 1) | (algo::tuning::crosses_network(inter_) ? 2 : 0) |
-                        (helper_ok() ? 0 : 4);
+    std::size_t flags =
+        (why.empty() ? 0 : 1) | (gradsync::crosses_network(inter_) ? 2 : 0) | (helper_ok() ? 0 : 4);
     for (int pass = 0; pass < 3; ++pass) {
-      std::int64_t f[3] = {static_cast<std::int64_t>(flags & 1),
-                           static_cast<std::int64_t>(flags & 2),
-                           static_cast<std::int64_t>(flags & 4)};
+      std::vector<std::uint64_t> all;
+      const deadline until = deadline::after(default_timeout());
       if (pass == 1) {
-        allreduce<algo::ring>(inter_, std::span<std::int64_t>(f, 3), op::max);
+        gradsync::detail::allgather_pod(inter_, std::uint64_t{flags}, all,
+                                        consistency_tag(inter_.next_seq()), until);
       } else {
-        allreduce<algo::ring>(intra_, std::span<std::int64_t>(f, 3), op::max);
+        gradsync::detail::allgather_pod(intra_, std::uint64_t{flags}, all,
+                                        consistency_tag(intra_.next_seq()), until);
       }
-      flags = static_cast<std::size_t>(f[0] | f[1] | f[2]);
+      for (const std::uint64_t f : all) flags |= f;
     }
     network_ = (flags & 2) != 0;
     pipelines_ = network_ && (flags & 4) == 0;

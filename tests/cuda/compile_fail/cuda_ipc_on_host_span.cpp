@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // transport::cuda_ipc with a std::span must ask for a device_span too.
 #include <span>
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/algo/native.hpp>
 #include <gradsync/allreduce.hpp>
 #include <gradsync/transport/cuda_ipc.hpp>
 namespace gs = gradsync;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A std::span (host memory) handed to transport::nccl must ask for a device_span.
 #include <span>
-#include <gradsync/algorithm/native.hpp>
+#include <gradsync/algo/native.hpp>
 #include <gradsync/allreduce.hpp>
 #include <gradsync/transport/nccl.hpp>
 namespace gs = gradsync;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The shared machinery of the direct algorithms (algorithm/direct.hpp): the call header
+// The shared machinery of the direct algorithms (algo/direct.hpp): the call header
 // round through the ranks' slots, chunk barriers on the stage flag, and the rank-order
 // reduction loops every rank runs identically.
 #pragma once
@@ -17,9 +17,9 @@
 #include <emmintrin.h>
 #endif
 
-#include "gradsync/algorithm/concept.hpp"
-#include "gradsync/algorithm/detail/partition.hpp"
-#include "gradsync/core/consistency.hpp"
+#include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/detail/partition.hpp"
+#include "gradsync/check/consistency.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/kernels/host.hpp"

@@ -10,9 +10,9 @@
 #include <span>
 #include <vector>
 
-#include "gradsync/algorithm/concept.hpp"
-#include "gradsync/algorithm/detail/partition.hpp"
-#include "gradsync/algorithm/tuning.hpp"
+#include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/detail/partition.hpp"
+#include "gradsync/algo/tuning.hpp"
 #include "gradsync/transport/concept.hpp"
 
 namespace gradsync::algo::detail {

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <thread>
 
-#include "gradsync/transport/shm_segment.hpp"
+#include "gradsync/transport/shm/segment.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "gradsync/algorithm/detail/direct_call.hpp"
-#include "gradsync/algorithm/detail/partition.hpp"
+#include "gradsync/algo/detail/direct_call.hpp"
+#include "gradsync/algo/detail/partition.hpp"
 
 namespace gradsync::algo::detail {
 

@@ -15,8 +15,8 @@
 #include <memory>
 #include <vector>
 
-#include "gradsync/transport/shm_segment.hpp"
-#include "gradsync/transport/shm_wait.hpp"
+#include "gradsync/transport/shm/segment.hpp"
+#include "gradsync/transport/shm/wait.hpp"
 
 namespace gradsync::transport::detail {
 

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// algo::direct_one_shot and algo::direct_two_shot — allreduce by reading the peers'
+// memory directly (transports satisfying peer_memory_transport: transport::shm).
+//
+// Every call starts with one exchange of call headers through the ranks' slots: each
+// rank writes its header (and, for small one-shot calls, its whole input) into its
+// slot, posts the slot's flag and waits for everyone's; every rank then compares every
+// header with rank 0's, so a mismatch raises errc::mismatch on every rank before any
+// data moves (these algorithms therefore skip allreduce()'s separate agree() round).
+//
+// one-shot: every rank reduces the whole vector from all ranks' copies.
+//           Small inputs travel inline in the slots: one flag round per call.
+// two-shot: the vector is cut into n slices; rank i reduces slice i from all ranks'
+//           copies (its own straight from its input), publishes it, and gathers the
+//           other slices from their owners. One flag round per chunk (+1). When every
+//           rank's vector is a registered buffer (transport::shm::allocate), ranks
+//           read each other's vectors in place: detail/direct_registered.hpp.
+// Large inputs go in chunks through rotating parts of the staging buffers (one-shot:
+// halves; two-shot: thirds).
+//
+// Every element is combined in rank order 0, 1, ..., n-1 whichever rank computes it, and
+// op::avg is divided once, so every rank ends with the same bits.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+
+#include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/detail/direct_call.hpp"
+#include "gradsync/algo/detail/direct_registered.hpp"
+#include "gradsync/algo/detail/partition.hpp"
+#include "gradsync/transport/concept.hpp"
+
+namespace gradsync::algo {
+
+/// One-shot: each rank reduces the whole vector from every rank's copy. One flag round
+/// per call while the input fits a slot (transport::shm: 32 KiB), else per chunk.
+struct direct_one_shot {
+  static constexpr std::string_view name = "direct_one_shot";
+  static constexpr bool needs_peer_access = true;
+  static constexpr bool needs_native = false;
+  /// Compares the call headers in its first exchange; allreduce() skips agree().
+  static constexpr bool checks_headers = true;
+
+  template <transport_policy Tr, class T, class Op>
+  static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
+    detail::check_direct_transport<Tr>();
+    detail::direct_call<Tr, T, Op> c(t, data, ctx);
+    if (c.n_ == 1) return c.finalize(c.data_, c.count_, op);
+    if (c.count_ <= c.inline_capacity()) {
+      c.open(name, true);
+      detail::reduce_rank_order(
+          c.data_, [&](std::size_t j) { return c.payload(j); }, c.n_, c.count_, op);
+      c.finalize(c.data_, c.count_, op);
+      return c.close();
+    }
+    c.open(name, false);
+    const std::size_t chunk = c.half_elems();
+    for (std::size_t k = 0, off = 0; off < c.count_; ++k, off += chunk) {
+      const std::size_t len = std::min(chunk, c.count_ - off);
+      std::memcpy(c.half(c.r_, k), c.data_ + off, len * sizeof(T));
+      c.barrier(k + 1);
+      detail::reduce_rank_order(
+          c.data_ + off, [&](std::size_t j) { return c.half(j, k); }, c.n_, len, op);
+      c.finalize(c.data_ + off, len, op);
+    }
+    c.close();
+  }
+};
+
+/// Two-shot: each rank reduces its 1/n slice from every rank's copy, then gathers the
+/// other slices from their owners. One flag round per chunk of a third of a staging
+/// buffer (plus one), besides the header round.
+struct direct_two_shot {
+  static constexpr std::string_view name = "direct_two_shot";
+  static constexpr bool needs_peer_access = true;
+  static constexpr bool needs_native = false;
+  /// Compares the call headers in its first exchange; allreduce() skips agree().
+  static constexpr bool checks_headers = true;
+
+  template <transport_policy Tr, class T, class Op>
+  static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
+    detail::check_direct_transport<Tr>();
+    detail::direct_call<Tr, T, Op> c(t, data, ctx);
+    const std::size_t n = c.n_, r = c.r_;
+    if (n == 1) return c.finalize(c.data_, c.count_, op);
+    const bool stream = c.count_ * sizeof(T) >= detail::direct_stream_min_bytes;
+    const std::uint64_t note = detail::registered_note(c);
+    c.open(name, false, &note, sizeof note);
+    if (detail::all_registered(c)) return detail::two_shot_registered(c, op, stream);
+    // Chunks rotate through thirds of the staging buffer, so that staging chunk k+1 and
+    // publishing the reduced slices of chunk k share one barrier: when a rank stages
+    // chunk k+1 into third (k+1)%3, every peer has passed the barrier after chunk k-1,
+    // so it has finished gathering chunk k-2, the last user of that third.
+    const std::size_t chunk = c.third_elems();
+    const std::size_t chunks = (c.count_ + chunk - 1) / chunk;
+    auto len_of = [&](std::size_t k) { return std::min(chunk, c.count_ - k * chunk); };
+    auto stage = [&](std::size_t k) {  // copy the slices the others reduce
+      const std::size_t len = len_of(k);
+      T* in = c.data_ + k * chunk;
+      T* mine = c.third(r, k);
+      for (std::size_t i = 0; i < n; ++i) {
+        const detail::range s = detail::part(len, n, i);
+        if (i != r) std::memcpy(mine + s.offset, in + s.offset, s.count * sizeof(T));
+      }
+    };
+    if (chunks > 0) {
+      stage(0);
+      c.barrier(1);
+    }
+    for (std::size_t k = 0; k < chunks; ++k) {
+      const std::size_t len = len_of(k);
+      T* in = c.data_ + k * chunk;
+      T* mine = c.third(r, k);
+      const detail::range my = detail::part(len, n, r);
+      detail::reduce_rank_order(
+          mine + my.offset,
+          [&](std::size_t j) -> const T* { return (j == r ? in : c.third(j, k)) + my.offset; }, n,
+          my.count, op);
+      c.finalize(mine + my.offset, my.count, op);
+      detail::copy_out(in + my.offset, mine + my.offset, my.count * sizeof(T), stream);
+      if (k + 1 < chunks) stage(k + 1);
+      c.barrier(k + 2);
+      for (std::size_t i = 0; i < n; ++i) {  // gather the slices the others own
+        const detail::range s = detail::part(len, n, i);
+        if (i != r)
+          detail::copy_out(in + s.offset, c.third(i, k) + s.offset, s.count * sizeof(T), stream);
+      }
+    }
+    if (stream) detail::stream_fence();
+    c.close();
+  }
+};
+
+}  // namespace gradsync::algo

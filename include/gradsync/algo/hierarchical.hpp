@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: Apache-2.0
+// algo::hierarchical<InterAlgo> — allreduce over a transport::two_level in three phases:
+//   1. reduce-scatter inside the node (ring over Intra): local rank l ends with one
+//      shard of the vector reduced over its node;
+//   2. allreduce of that shard across the nodes with InterAlgo over Inter (the ranks of
+//      one local index, each with the same shard);
+//   3. allgather inside the node (ring over Intra).
+// Each byte crosses the slow inter-node level once per node instead of once per rank,
+// and all local ranks drive the inter-node links at the same time, on their own shard.
+// op::avg sums in both levels and divides once by the whole group's size, on the shard's
+// owner, so every rank receives the same bits. Ranks call:
+//
+//   gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(grad), gs::op::sum);
+//   gs::allreduce<gs::algo::hierarchical<gs::algo::native>>(t, span, op);  // MPI_Allreduce
+//
+// The call's arguments, the inter-node algorithm included, are checked on both levels
+// (errc::mismatch on every rank, at once).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/detail/inter_worker.hpp"
+#include "gradsync/algo/detail/partition.hpp"
+#include "gradsync/algo/detail/ring_pass.hpp"
+#include "gradsync/algo/tuning.hpp"
+#include "gradsync/algo/ring.hpp"
+#include "gradsync/check/consistency.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/core/op.hpp"
+#include "gradsync/check/verify.hpp"
+#include "gradsync/transport/two_level.hpp"
+
+namespace gradsync::algo {
+
+/// Reduce-scatter in the node, InterAlgo across nodes, allgather in the node.
+template <class InterAlgo = ring>  // the allreduce across nodes (ring, tree, native, ...)
+struct hierarchical {
+  static constexpr std::string_view name = "hierarchical";
+  static constexpr bool needs_peer_access = false;
+  static constexpr bool needs_native = false;
+  static constexpr bool needs_two_level = true;  // runs on transport::two_level only
+  using inter_algorithm = InterAlgo;
+
+  /// Observes nothing (run()'s default): see run_observed.
+  struct no_phases {
+    void operator()(std::string_view, std::chrono::steady_clock::time_point,
+                    std::chrono::steady_clock::time_point) const {}
+  };
+
+  template <class Intra, class Inter, class T, class Op>
+  static void run(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
+                  const call_options& opt) {
+    run_observed(t, data, op, opt, no_phases{});
+  }
+
+  /// run() that reports each phase to `phase(name, begin, end)`: "intra_reduce_scatter",
+  /// "inter_allreduce" (the cross-node allreduce and avg's division), "intra_allgather"
+  /// (the allreducer puts them on the timeline).
+  template <class Intra, class Inter, class T, class Op, class Phase>
+  static void run_observed(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
+                           const call_options& opt, Phase&& phase) {
+    using clock = std::chrono::steady_clock;
+    Intra& in = t.intra();
+    Inter& out = t.inter();
+    const deadline until = opt.make_deadline();
+    const std::uint64_t in_seq = in.next_seq(), out_seq = out.next_seq();
+    const call_context in_c{until, in_seq, data_tag(in_seq)};
+    const call_context out_c{until, out_seq, data_tag(out_seq)};
+    if (opt.check) check_arguments<T, Op>(t, data.size(), in_seq, out_seq, until);
+    // op::avg: sums at both levels, one division by the whole group on the shard's owner.
+    using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
+    const std::size_t local = in.size();
+    if (local == 1 || data.empty()) {
+      const auto i0 = clock::now();
+      InterAlgo::run(out, data, level_op{}, out_c);
+      in.executor().finalize(data.data(), data.size(), t.size(), op);
+      phase("inter_allreduce", i0, clock::now());
+      if (opt.verify) verify_levels(t, in_seq, out_seq, data.data(), data.size_bytes(), until);
+      return;
+    }
+    const std::size_t pieces = tuning::hierarchical_pieces(data.size_bytes(), t.pipelines());
+    if (pieces > 1) {
+      return run_pipelined<InterAlgo, level_op>(t, data, op, opt, in_c, out_c, pieces, phase,
+                                                in_seq, out_seq, until);
+    }
+    detail::ring_pass<Intra, T> pass(in, data, in_c);
+    const auto r0 = clock::now();
+    pass.reduce_scatter(level_op{}, 0, false);
+    const auto r1 = clock::now();
+    const detail::range mine = pass.owned();
+    const std::span<T> shard = data.subspan(mine.offset, mine.count);
+    InterAlgo::run(out, shard, level_op{}, out_c);
+    in.executor().finalize(shard.data(), shard.size(), t.size(), op);
+    const auto i1 = clock::now();
+    pass.allgather();
+    pass.finish();
+    const auto g1 = clock::now();
+    phase("intra_reduce_scatter", r0, r1);
+    phase("inter_allreduce", r1, i1);
+    phase("intra_allgather", i1, g1);
+    if (opt.verify) verify_levels(t, in_seq, out_seq, data.data(), data.size_bytes(), until);
+  }
+
+ private:
+  /// run_observed over `pieces` pieces of the vector: the node's reduce-scatter of piece
+  /// i+1 runs while a helper thread (detail/inter_worker.hpp) allreduces piece i's shard
+  /// across the nodes, and each piece is allgathered in the node once its shard is back,
+  /// so the network is busy from the first piece's shard to the last's.
+  template <class X, class LevelOp, class Intra, class Inter, class T, class Op, class Phase>
+  static void run_pipelined(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
+                            const call_options& opt, const call_context& in_c,
+                            const call_context& out_c, std::size_t pieces, Phase& phase,
+                            std::uint64_t in_seq, std::uint64_t out_seq, deadline until) {
+    using clock = std::chrono::steady_clock;
+    Intra& in = t.intra();
+    std::vector<detail::ring_pass<Intra, T>> passes;
+    passes.reserve(pieces);
+    std::vector<std::span<T>> shards(pieces);
+    clock::time_point i0{}, i1{};
+    detail::inter_worker worker([&](std::size_t i) {
+      if (i == 0) i0 = clock::now();
+      X::run(t.inter(), shards[i], LevelOp{}, out_c);
+      in.executor().finalize(shards[i].data(), shards[i].size(), t.size(), op);
+      if (i + 1 == pieces) i1 = clock::now();
+    });
+    const auto r0 = clock::now();
+    for (std::size_t i = 0; i < pieces; ++i) {
+      const detail::range p = detail::part(data.size(), pieces, i);
+      const std::span<T> piece = data.subspan(p.offset, p.count);
+      passes.emplace_back(in, piece, in_c);
+      passes.back().reduce_scatter(LevelOp{}, 0, false);
+      const detail::range mine = passes.back().owned();
+      shards[i] = piece.subspan(mine.offset, mine.count);
+      worker.ready(i);
+    }
+    const auto r1 = clock::now();
+    for (std::size_t i = 0; i < pieces; ++i) {
+      worker.wait(i);
+      passes[i].allgather();
+      passes[i].finish();
+    }
+    const auto g1 = clock::now();
+    phase("intra_reduce_scatter", r0, r1);
+    phase("inter_allreduce", i0, i1);
+    phase("intra_allgather", i1, g1);
+    if (opt.verify) verify_levels(t, in_seq, out_seq, data.data(), data.size_bytes(), until);
+  }
+
+  /// The header's algorithm field: "hier<" + InterAlgo's name + ">" (a different
+  /// InterAlgo on some nodes must be caught: their messages would not match).
+  static const std::string& header_name() {
+    static const std::string n = "hier<" + std::string(InterAlgo::name) + ">";  // built once
+    return n;
+  }
+
+  /// call_options::verify over two levels: the ranks of each node compare result hashes,
+  /// then the ranks of each local index across nodes (equal in every node and in every
+  /// column means equal everywhere). A node whose ranks differ still takes part in the
+  /// cross-node round, flagged, so every rank throws errc::diverged at once.
+  template <class Intra, class Inter>
+  static void verify_levels(transport::two_level<Intra, Inter>& t, std::uint64_t in_seq,
+                            std::uint64_t out_seq, const void* data, std::size_t bytes,
+                            deadline until) {
+    const std::size_t local = t.intra().size(), node = t.inter().rank(), li = t.intra().rank();
+    auto in_node = [&](std::size_t q) { return node * local + q; };  // global ranks
+    auto across = [&](std::size_t q) { return q * local + li; };
+    result_record mine;
+    mine.bytes = bytes;
+    mine.hash = kernels::buffer_hash(data, bytes);
+    std::string node_diff;
+    if (local > 1) {
+      mine.seq = in_seq;
+      node_diff = gradsync::detail::describe_divergence(
+          gradsync::detail::exchange_results(t.intra(), mine, until), in_node);
+    }
+    std::string across_diff;
+    bool other_node = false;
+    if (t.inter().size() > 1) {
+      mine.seq = out_seq;
+      mine.flags = node_diff.empty() ? 0 : result_record::poisoned;
+      const auto by_rank = gradsync::detail::exchange_results(t.inter(), mine, until);
+      for (const result_record& x : by_rank) other_node |= (x.flags & result_record::poisoned) != 0;
+      across_diff = gradsync::detail::describe_divergence(by_rank, across);
+    }
+    std::string what;
+    if (!node_diff.empty()) {
+      what = "inside node " + std::to_string(node) + ", " + node_diff;
+    } else if (other_node) {
+      what =
+          "the ranks of another node hold different results among themselves (that "
+          "node's ranks name them); this node's ranks agree";
+    } else if (!across_diff.empty()) {
+      what = "across nodes, " + across_diff;
+    }
+    if (!what.empty()) {
+      throw error(
+          errc::diverged, {t.rank(), error_site::npos, in_seq},
+          "allreduce results differ across ranks: " + what + gradsync::detail::divergence_hint());
+    }
+  }
+
+  /// Agrees on the call inside the node, then across nodes; every rank ends with the same
+  /// verdict. A node whose ranks disagree among themselves still takes part in the
+  /// cross-node round, with a poisoned header, so that the other nodes fail at once too
+  /// instead of waiting for it until their deadline.
+  template <class T, class Op, class Intra, class Inter>
+  static void check_arguments(transport::two_level<Intra, Inter>& t, std::size_t count,
+                              std::uint64_t in_seq, std::uint64_t out_seq, deadline until) {
+    static constexpr std::string_view poisoned = "node-mismatch";
+    const std::size_t local = t.intra().size(), node = t.inter().rank(), li = t.intra().rank();
+    auto in_node = [&](std::size_t q) { return node * local + q; };  // global ranks
+    auto across = [&](std::size_t q) { return q * local + li; };
+    std::vector<call_header> table;
+    std::exception_ptr node_error;
+    try {
+      if (t.intra().size() > 1)
+        agree(t.intra(),
+              call_header::make(in_seq, count, dtype_of<T>::value, Op::id, header_name()), until,
+              table, in_node);
+    } catch (const error& e) {
+      if (e.code() != errc::mismatch) throw;
+      node_error = std::current_exception();
+    }
+    try {
+      if (t.inter().size() > 1)
+        agree(t.inter(),
+              call_header::make(out_seq, count, dtype_of<T>::value, Op::id,
+                                node_error ? poisoned : header_name()),
+              until, table, across);
+    } catch (const error& e) {
+      if (node_error) std::rethrow_exception(node_error);
+      if (e.code() != errc::mismatch) throw;
+      for (const call_header& h : table) {
+        if (h.algo_name() == poisoned) {
+          throw error(errc::mismatch, {t.rank(), error_site::npos, in_seq},
+                      "the ranks of another node called allreduce with different arguments "
+                      "among themselves (that node's ranks name the difference); this node's "
+                      "ranks agree");
+        }
+      }
+      throw;
+    }
+    if (node_error) std::rethrow_exception(node_error);
+  }
+};
+
+}  // namespace gradsync::algo
+
+namespace gradsync {
+
+namespace detail {
+template <class A>
+inline constexpr bool is_hierarchical = false;
+template <class X>
+inline constexpr bool is_hierarchical<algo::hierarchical<X>> = true;
+}  // namespace detail
+
+/// The composition checks of algorithm A on two_level<Intra, Inter> for T and Op: A is
+/// algo::hierarchical, ring runs on Intra and A's inter-node algorithm on Inter.
+template <class A, class Intra, class Inter, class T, class Op>
+constexpr void check_two_level_composition() {
+  static_assert(detail::is_hierarchical<A>,
+                "gradsync: a transport::two_level runs algo::hierarchical<InterAlgo> (e.g. "
+                "allreduce<algo::hierarchical<algo::ring>>(t, data, op)); flat algorithms run "
+                "on t.intra() or t.inter() alone");
+  if constexpr (detail::is_hierarchical<A>) {
+    check_composition<algo::ring, Intra, T, Op>();
+    check_composition<typename A::inter_algorithm, Inter, T, Op>();
+  }
+}
+
+}  // namespace gradsync

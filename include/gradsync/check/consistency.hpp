@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// Cross-rank consistency: before data moves, every rank learns every other rank's
+// (sequence number, count, element type, op, algorithm) through a Bruck allgather of
+// 48-byte headers (ceil(log2 n) rounds). Every rank sees the same table, so on a
+// mismatch every rank throws the same errc::mismatch naming the ranks and values.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gradsync/core/call.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/core/op.hpp"
+#include "gradsync/transport/allgather.hpp"
+#include "gradsync/transport/concept.hpp"
+
+namespace gradsync {
+
+/// What each rank states about a collective call before it starts.
+struct call_header {
+  static constexpr std::uint32_t magic_value = 0x67735348;  // "gsSH"
+  std::uint32_t magic = magic_value;
+  std::uint8_t type = 0;  // dtype
+  std::uint8_t op = 0;    // reduce_op
+  std::uint16_t reserved = 0;
+  std::uint64_t seq = 0;
+  std::uint64_t count = 0;
+  std::array<char, 24> algo{};  // algorithm name, NUL-padded
+
+  static call_header make(std::uint64_t seq, std::size_t count, dtype t, reduce_op o,
+                          std::string_view algo_name) {
+    call_header h;
+    h.seq = seq;
+    h.count = count;
+    h.type = static_cast<std::uint8_t>(t);
+    h.op = static_cast<std::uint8_t>(o);
+    std::memcpy(h.algo.data(), algo_name.data(), std::min(algo_name.size(), h.algo.size() - 1));
+    return h;
+  }
+  std::string algo_name() const {
+    return std::string(algo.data(), strnlen(algo.data(), algo.size()));
+  }
+};
+static_assert(sizeof(call_header) == 48);
+
+namespace detail {
+inline std::string describe(const call_header& h) {
+  return "seq=" + std::to_string(h.seq) + " count=" + std::to_string(h.count) +
+         " type=" + std::string(dtype_name(static_cast<dtype>(h.type))) +
+         " op=" + std::string(op_name(static_cast<reduce_op>(h.op))) + " algo=" + h.algo_name();
+}
+
+// Names the first field that differs between a and b, e.g. "count 1000 vs 999".
+inline std::string first_difference(const call_header& a, const call_header& b) {
+  if (a.magic != b.magic) return "header magic (a rank is running a different protocol)";
+  if (a.seq != b.seq)
+    return "sequence number " + std::to_string(a.seq) + " vs " + std::to_string(b.seq) +
+           " (ranks have made a different number of calls)";
+  if (a.count != b.count)
+    return "count " + std::to_string(a.count) + " vs " + std::to_string(b.count);
+  if (a.type != b.type)
+    return std::string("element type ") + std::string(dtype_name(static_cast<dtype>(a.type))) +
+           " vs " + std::string(dtype_name(static_cast<dtype>(b.type)));
+  if (a.op != b.op)
+    return std::string("op ") + std::string(op_name(static_cast<reduce_op>(a.op))) + " vs " +
+           std::string(op_name(static_cast<reduce_op>(b.op)));
+  if (a.algo != b.algo) return "algorithm " + a.algo_name() + " vs " + b.algo_name();
+  return {};
+}
+
+}  // namespace detail
+
+/// Names a rank of the transport in messages as itself.
+struct same_rank {
+  std::size_t operator()(std::size_t q) const { return q; }
+};
+
+/// Exchanges `mine` with every rank and throws errc::mismatch (on every rank) if any
+/// rank's header differs from rank 0's. `table` is reused scratch of n headers.
+/// `rank_of` maps a rank of `t` to the rank messages name (a two_level's global rank).
+template <transport_policy T, class RankOf = same_rank>
+void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& table,
+           RankOf rank_of = {}) {
+  const std::size_t n = t.size(), r = t.rank();
+  table.resize(n);
+  table[0] = mine;  // table[i] holds rank (r + i) % n
+  detail::bruck_allgather(t, table, consistency_tag(mine.seq), d);
+  // Compare everyone against rank 0 (at table index (n - r) % n).
+  const call_header& ref = table[(n - r) % n];
+  std::string diffs;
+  std::size_t ndiff = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t rank_i = (r + i) % n;
+    const std::string what = detail::first_difference(ref, table[i]);
+    if (!what.empty()) {
+      if (ndiff++ < 8) {
+        const std::string who = "rank " + std::to_string(rank_of(rank_i));
+        const std::string first = "rank " + std::to_string(rank_of(0));
+        diffs += "\n  " + who + " differs from " + first + " in " + what + " [" + first + ": " +
+                 detail::describe(ref) + "; " + who + ": " + detail::describe(table[i]) + "]";
+      }
+    }
+  }
+  if (ndiff) {
+    throw error(errc::mismatch, {rank_of(r), error_site::npos, mine.seq},
+                "ranks called allreduce with different arguments (" + std::to_string(ndiff) +
+                    " rank(s) differ from rank " + std::to_string(rank_of(0)) + "):" + diffs);
+  }
+}
+
+}  // namespace gradsync

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// Everything about one collective call that every layer sees: the user's per-call options,
+// what an algorithm's run() receives with the data, and the tags its messages carry.
+#pragma once
+
+#include <cstdint>
+
+#include "gradsync/core/deadline.hpp"
+
+namespace gradsync {
+
+/// Per-call options shared by every allreduce entry point.
+struct call_options {
+  seconds_d timeout{-1.0};  ///< how long any wait may take; < 0 means default_timeout()
+  bool check = true;        ///< agree on (seq, count, type, op, algorithm) before data moves
+  /// After the call, ranks compare a hash of their results; errc::diverged on every rank
+  /// if any differs (check/verify.hpp). Host memory only. Default: GRADSYNC_VERIFY, else off.
+  bool verify = default_verify();
+
+  deadline make_deadline() const {
+    return deadline::after(timeout.count() < 0 ? default_timeout() : timeout);
+  }
+};
+
+/// Everything an algorithm's run() gets besides the data.
+struct call_context {
+  deadline until;     ///< every wait gives up at this point
+  std::uint64_t seq;  ///< the call's sequence number (same on every rank)
+  std::uint32_t tag;  ///< tag for this call's messages (data_tag(seq))
+};
+
+/// The tag an algorithm's messages carry in call `seq` (15 bits: MPI guarantees 32767).
+inline constexpr std::uint32_t data_tag(std::uint64_t seq) {
+  return static_cast<std::uint32_t>(seq & 0x3fff);
+}
+/// The tag of the consistency exchange of call `seq`; never equal to a data tag.
+inline constexpr std::uint32_t consistency_tag(std::uint64_t seq) {
+  return 0x4000u | static_cast<std::uint32_t>(seq & 0x3fff);
+}
+
+}  // namespace gradsync
