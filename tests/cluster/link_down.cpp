@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <gradsync/algo/hierarchical.hpp>
+#include <gradsync/allreduce.hpp>
 #include <gradsync/transport/mpi/exit.hpp>
 #include <gradsync/transport/two_level/from_mpi.hpp>
 
