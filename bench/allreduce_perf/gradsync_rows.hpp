@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // gradsync's rows: every algorithm named on the command line, over one transport.
-// To add an algorithm: include its header below and add one line to with_algorithm().
-// Headers another component has not landed yet are skipped (__has_include), so the
-// benchmark builds at every point of the project's history.
+// The algorithms are gradsync's host list (algo/list.hpp): a new entry there is a new
+// --algo name here.
 #pragma once
 
 #include <cstdio>
@@ -14,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gradsync/algo/ring.hpp"
+#include "gradsync/algo/list.hpp"
 #include "gradsync/algo/runs_on.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/core/dtype.hpp"
@@ -23,61 +22,7 @@
 #include "rows.hpp"
 #include "sweep.hpp"
 
-#if __has_include("gradsync/algo/tree.hpp")
-#include "gradsync/algo/tree.hpp"
-#define GRADSYNC_BENCH_HAVE_TREE 1
-#endif
-#if __has_include("gradsync/algo/halving_doubling.hpp")
-#include "gradsync/algo/halving_doubling.hpp"
-#define GRADSYNC_BENCH_HAVE_HALVING_DOUBLING 1
-#endif
-#if __has_include("gradsync/algo/direct.hpp")
-#include "gradsync/algo/direct.hpp"
-#define GRADSYNC_BENCH_HAVE_DIRECT 1
-#endif
-#if __has_include("gradsync/algo/auto_select.hpp")
-#include "gradsync/algo/auto_select.hpp"
-#define GRADSYNC_BENCH_HAVE_AUTO 1
-#endif
-#if __has_include("gradsync/algo/native.hpp")
-#include "gradsync/algo/native.hpp"  // runs only over transports with native_allreduce
-#define GRADSYNC_BENCH_HAVE_NATIVE 1
-#endif
-#if __has_include("gradsync/algo/hierarchical.hpp")
-#include "gradsync/algo/hierarchical.hpp"  // runs only over a transport::two_level
-#define GRADSYNC_BENCH_HAVE_HIERARCHICAL 1
-#endif
-
 namespace gradsync::bench {
-
-/// Calls f.template operator()<A>() for the algorithm --algo calls `name`; returns false
-/// when that algorithm is not part of this build.
-template <class F>
-bool with_algorithm(std::string_view name, F&& f) {
-  if (name == "ring") return f.template operator()<algo::ring>(), true;
-#ifdef GRADSYNC_BENCH_HAVE_TREE
-  if (name == "tree") return f.template operator()<algo::tree>(), true;
-#endif
-#ifdef GRADSYNC_BENCH_HAVE_HALVING_DOUBLING
-  if (name == "halving_doubling") return f.template operator()<algo::halving_doubling>(), true;
-#endif
-#ifdef GRADSYNC_BENCH_HAVE_DIRECT
-  if (name == "direct_one_shot") return f.template operator()<algo::direct_one_shot>(), true;
-  if (name == "direct_two_shot") return f.template operator()<algo::direct_two_shot>(), true;
-#endif
-#ifdef GRADSYNC_BENCH_HAVE_NATIVE
-  if (name == "native") return f.template operator()<algo::native>(), true;
-#endif
-#ifdef GRADSYNC_BENCH_HAVE_AUTO
-  if (name == "auto") return f.template operator()<algo::auto_select>(), true;
-#endif
-#if defined(GRADSYNC_BENCH_HAVE_HIERARCHICAL) && defined(GRADSYNC_BENCH_HAVE_NATIVE)
-  if (name == "hierarchical") return f.template operator()<algo::hierarchical<>>(), true;
-  if (name == "hierarchical_native")
-    return f.template operator()<algo::hierarchical<algo::native>>(), true;
-#endif
-  return false;
-}
 
 /// No subject to time alongside gradsync's (run_gradsync_rows' default partner).
 struct no_partner {};
@@ -97,7 +42,7 @@ gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer&
   const bool explicit_list = o.algos != all_algos;
   for (const std::string& name : o.algos) {
     bool composed = false;
-    const bool built = with_algorithm(name, [&]<class A>() {
+    const bool built = algo::with_algorithm<algo::host_algorithms>(name, [&]<class A>() {
       if constexpr (runs_on_v<A, Tr>) {  // skip what does not compose
         composed = true;
         visit_type_op(o, [&]<class T, class Op>() {

@@ -12,17 +12,20 @@
 #include <vector>
 
 #include "gradsync/core/deadline.hpp"
+#include "gradsync/algo/list.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
 
 namespace gradsync::bench {
 
-/// Every algorithm name --algo understands, in table order ("all" selects these).
-/// hierarchical / hierarchical_native run on the two_level transport only (ring or
-/// MPI_Allreduce across nodes).
-inline const std::vector<std::string> all_algos = {
-    "ring",   "tree", "halving_doubling", "direct_one_shot",    "direct_two_shot",
-    "native", "auto", "hierarchical",     "hierarchical_native"};
+/// Every algorithm name --algo understands, in table order ("all" selects these): the
+/// host list (algo/list.hpp). hierarchical / hierarchical_native run on the two_level
+/// transport only (ring or MPI_Allreduce across nodes).
+inline const std::vector<std::string> all_algos = [] {
+  std::vector<std::string> v;
+  for (std::string_view n : algo::algorithm_names<algo::host_algorithms>()) v.emplace_back(n);
+  return v;
+}();
 /// Every transport name --transport understands.
 /// shm_reg: transport::shm with every buffer allocated in its heap (registered).
 /// two_level: shm inside each node and mpi across nodes (two_level_from_mpi).

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include <gradsync/algo/list.hpp>
+
 namespace mini_trainer {
 
 /// A bad flag, a bad file or a bad checkpoint: the message says what and where.
@@ -21,7 +23,7 @@ struct usage_error : std::runtime_error {
 
 struct config {
   std::string transport = "local";  // local | shm | mpi | two_level
-  std::string algo = "ring";        // ring | tree | halving_doubling | direct | auto
+  std::string algo = "ring";        // a name of gradsync::algo::host_algorithms, or direct
   std::string fusion = "none";      // none | bucket
   double bucket_mb = 1.0;           // bucket size for --fusion bucket (0.25, 1, 25)
   std::size_t ranks = 1;            // in-process ranks (local, shm)
@@ -48,13 +50,25 @@ struct config {
   bool version = false;              // --version: print the version, exit 0
 };
 
-inline const char* usage_text() {
+/// --algo's choices: gradsync's host algorithm list (algo/list.hpp), space-separated.
+inline std::string algorithm_choices() {
+  std::string s;
+  for (std::string_view n : gradsync::algo::algorithm_names<gradsync::algo::host_algorithms>())
+    s += (s.empty() ? "" : " ") + std::string(n);
+  return s;
+}
+
+inline std::string usage_text() {
   return "usage: mini_trainer [flags]\n"
          "  --transport local|shm|mpi|two_level   who moves the bytes (default local);\n"
          "                              two_level: shm in the node, mpi across (--algo "
          "hierarchical)\n"
-         "  --algo ring|tree|halving_doubling|direct|auto   allreduce algorithm (ring);\n"
-         "                              two_level: hierarchical|hierarchical_native\n"
+         "  --algo NAME                 allreduce algorithm (ring), one of:\n"
+         "                              " +
+         algorithm_choices() +
+         "\n"
+         "                              (direct = direct_two_shot; hierarchical* need two_level,\n"
+         "                              direct* need shm, native needs mpi)\n"
          "  --fusion none|bucket        one allreduce per tensor, or bucketed (none)\n"
          "  --bucket-mb X               bucket size in MiB for --fusion bucket: 0.25, 1, 4, 25 "
          "(1)\n"

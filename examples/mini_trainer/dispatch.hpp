@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Flags -> compile-time instantiations. For a transport Tr, table<Tr>() lists one entry
 // per (--algo, --fusion, --bucket-mb) choice that composes with Tr, each holding a
-// factory for the matching gradient_sync instantiation. Adding an algorithm is one line
-// in table(); a bucket size, one line in add_algorithm(). A choice that does not compose
-// (algo::direct without peer access) is left out at compile time and refused at run
-// time with the list of what this transport supports.
+// factory for the matching gradient_sync instantiation. The algorithms are gradsync's
+// host list (algo/list.hpp, one entry each); a bucket size is one line in add_algorithm(). A choice
+// that does not compose (algo::direct without peer access) is left out at compile time and refused
+// at run time with the list of what this transport supports.
 #pragma once
 
 #include <cmath>
@@ -13,9 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include <gradsync/algo/direct.hpp>
-#include <gradsync/algo/hierarchical.hpp>
-#include <gradsync/algo/native.hpp>
+#include <gradsync/algo/list.hpp>
 #include <gradsync/algo/runs_on.hpp>
 #include <gradsync/gradsync.hpp>
 
@@ -57,28 +55,25 @@ void add_algorithm(std::vector<dispatch_entry<Tr>>& t, std::string_view name) {
 
 template <class Tr>
 std::vector<dispatch_entry<Tr>> table() {
-  namespace algo = gradsync::algo;
   std::vector<dispatch_entry<Tr>> t;
-  add_algorithm<Tr, algo::ring>(t, "ring");
-  add_algorithm<Tr, algo::tree>(t, "tree");
-  add_algorithm<Tr, algo::halving_doubling>(t, "halving_doubling");
-  add_algorithm<Tr, algo::auto_select>(t, "auto");
-  add_algorithm<Tr, algo::direct_two_shot>(t, "direct");  // needs peer access (shm)
-  add_algorithm<Tr, algo::direct_one_shot>(t, "direct_one_shot");
-  add_algorithm<Tr, algo::native>(t, "native");  // the transport's own (MPI_Allreduce)
-  add_algorithm<Tr, algo::hierarchical<>>(t, "hierarchical");  // two_level only
-  add_algorithm<Tr, algo::hierarchical<algo::native>>(t, "hierarchical_native");
+  gradsync::algo::for_each_algorithm<gradsync::algo::host_algorithms>(
+      [&]<class A>(std::string_view name) { add_algorithm<Tr, A>(t, name); });
   return t;
 }
 
 /// Runs the training with the entry matching --algo/--fusion/--bucket-mb, or explains
 /// what this transport offers.
+/// --algo direct: the name of direct_two_shot before the algorithm list (kept as an alias).
+inline std::string_view algo_name(std::string_view flag) {
+  return flag == "direct" ? std::string_view("direct_two_shot") : flag;
+}
+
 template <class Tr>
 std::string dispatch(Tr& t, const run_context& ctx) {
   const config& c = ctx.cfg;
   const auto entries = table<Tr>();
   for (const auto& e : entries) {
-    if (e.algo == c.algo && e.fusion == c.fusion &&
+    if (e.algo == algo_name(c.algo) && e.fusion == c.fusion &&
         (c.fusion == "none" || std::fabs(e.bucket_mb - c.bucket_mb) < 1e-9)) {
       return train_rank<Tr>(t, ctx, e.make);
     }

@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
   try {
     const mt::config cfg = mt::parse_args(argc, argv);
     if (cfg.help) {
-      std::fputs(mt::usage_text(), stdout);
+      std::fputs(mt::usage_text().c_str(), stdout);
     } else if (cfg.version) {
       std::printf("mini_trainer (gradsync %s)\n", GRADSYNC_VERSION_STRING);
     } else {

@@ -12,8 +12,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "gradsync/algo/composition.hpp"
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/hierarchical.hpp"
+#include "gradsync/algo/runs_on.hpp"
 #include "gradsync/check/consistency.hpp"
 #include "gradsync/check/verify.hpp"
 #include "gradsync/core/call.hpp"
@@ -94,7 +96,7 @@ void allreduce(Tr& t, std::span<TIn> in, std::span<T> out, Op op, const call_opt
 template <class A, class Intra, class Inter, class T, class Op>
 void allreduce(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
                const call_options& opt = {}) {
-  check_two_level_composition<A, Intra, Inter, std::remove_const_t<T>, Op>();
+  check_composition<A, transport::two_level<Intra, Inter>, std::remove_const_t<T>, Op>();
   static_assert(!std::is_const_v<T>,
                 "gradsync: the in-place allreduce writes its buffer; pass a std::span of "
                 "non-const elements");
@@ -125,30 +127,20 @@ void allreduce(Tr& t, device_span<T> data, Op op, const call_options& opt = {}) 
                 "gradsync: device memory (gradsync::device_span) given to a host transport; "
                 "use transport::nccl (GPUs anywhere) or transport::cuda_ipc (GPUs of one host) "
                 "for device buffers, or copy to host memory and pass a std::span");
-  check_element_type<std::remove_const_t<T>>();
-  check_op_for<std::remove_const_t<T>, Op>();
   static_assert(!std::is_const_v<T>,
                 "gradsync: the in-place allreduce writes its buffer; pass "
                 "a device_span of non-const elements");
-  constexpr bool native = requires {
-    requires A::needs_native;
-  };  // algo::native
-  static_assert(native || device_algorithm_for<A, Tr>,
-                "gradsync: this algorithm is written for host memory (it reduces on the host "
-                "and uses host scratch); on device memory use algo::native (transport::nccl, "
-                "transport::cuda_ipc) or algo::nccl_ring (transport::nccl)");
   if constexpr (device_transport<Tr>) {
+    check_composition<A, Tr, std::remove_const_t<T>, Op>();
     if (opt.verify) {
       throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
                   "call_options::verify (GRADSYNC_VERIFY=1) hashes results in host memory and "
                   "this transport's buffers are device memory; unset it for device calls");
     }
     const call_context ctx = detail::begin_call(t, opt);
-    if constexpr (native) {
-      static_assert(Tr::native_allreduce,
-                    "gradsync: algo::native needs a transport with its own allreduce");
+    if constexpr (detail::wants_native<A>) {
       if (!data.empty()) t.allreduce_native(data.data(), data.size(), op, ctx);
-    } else if constexpr (device_algorithm_for<A, Tr>) {
+    } else if constexpr (runs_on_v<A, Tr>) {
       A::run_device(t, data, op, ctx);
     }
   }

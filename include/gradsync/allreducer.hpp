@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "gradsync/algo/composition.hpp"
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/hierarchical.hpp"
 #include "gradsync/allreduce.hpp"

@@ -16,10 +16,12 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
-#include <gradsync/algo/native.hpp>
+#include <gradsync/algo/list.hpp>
+#include <gradsync/algo/runs_on.hpp>
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/mpi.hpp>
@@ -30,8 +32,9 @@ namespace gs = gradsync;
 
 namespace {
 
-using algorithms = std::tuple<gs::algo::ring, gs::algo::tree, gs::algo::halving_doubling,
-                              gs::algo::auto_select, gs::algo::native>;
+// Every algorithm of gradsync's host list that runs on transport::mpi (ring, tree,
+// halving_doubling, auto, native).
+using algorithms = gs::algo::host_algorithms;
 using element_types = std::tuple<float, double, gs::half, gs::bfloat16, std::int32_t, std::int64_t>;
 
 bool full_matrix() {
@@ -133,12 +136,14 @@ void register_algo(std::tuple<Ts...>*) {
   (register_one<A, Ts>(), ...);
 }
 
-template <class... As>
-bool register_all(std::tuple<As...>*) {
-  (register_algo<As>(static_cast<element_types*>(nullptr)), ...);
+bool register_all() {
+  gs::algo::for_each_algorithm<algorithms>([]<class A>(std::string_view) {
+    if constexpr (gs::runs_on_v<A, gs::transport::mpi>)
+      register_algo<A>(static_cast<element_types*>(nullptr));
+  });
   return true;
 }
 
-const bool registered = register_all(static_cast<algorithms*>(nullptr));
+const bool registered = register_all();
 
 }  // namespace

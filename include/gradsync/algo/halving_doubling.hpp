@@ -35,6 +35,7 @@ struct halving_doubling {
   static constexpr std::string_view name = "halving_doubling";
   static constexpr bool needs_peer_access = false;
   static constexpr bool needs_native = false;
+  static constexpr bool generic = true;  // the transport concept alone (algo/concept.hpp)
 
   /// Workspace slot for the reduce-scatter's in-flight receive segments (ring uses slot
   /// 0, tree slot 1).

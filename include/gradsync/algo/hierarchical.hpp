@@ -265,18 +265,4 @@ template <class X>
 inline constexpr bool is_hierarchical<algo::hierarchical<X>> = true;
 }  // namespace detail
 
-/// The composition checks of algorithm A on two_level<Intra, Inter> for T and Op: A is
-/// algo::hierarchical, ring runs on Intra and A's inter-node algorithm on Inter.
-template <class A, class Intra, class Inter, class T, class Op>
-constexpr void check_two_level_composition() {
-  static_assert(detail::is_hierarchical<A>,
-                "gradsync: a transport::two_level runs algo::hierarchical<InterAlgo> (e.g. "
-                "allreduce<algo::hierarchical<algo::ring>>(t, data, op)); flat algorithms run "
-                "on t.intra() or t.inter() alone");
-  if constexpr (detail::is_hierarchical<A>) {
-    check_composition<algo::ring, Intra, T, Op>();
-    check_composition<typename A::inter_algorithm, Inter, T, Op>();
-  }
-}
-
 }  // namespace gradsync

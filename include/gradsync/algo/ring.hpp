@@ -20,6 +20,7 @@ struct ring {
   static constexpr std::string_view name = "ring";
   static constexpr bool needs_peer_access = false;
   static constexpr bool needs_native = false;
+  static constexpr bool generic = true;  // the transport concept alone (algo/concept.hpp)
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {

@@ -30,6 +30,7 @@ struct tree {
   static constexpr std::string_view name = "tree";
   static constexpr bool needs_peer_access = false;
   static constexpr bool needs_native = false;
+  static constexpr bool generic = true;  // the transport concept alone (algo/concept.hpp)
 
   /// Workspace slot for the reduce-up receive buffers: 2 trees x 2 children x 2
   /// (double buffering) segments (ring uses slot 0, halving_doubling slot 2).

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "gradsync/algo/composition.hpp"
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/hierarchical.hpp"
 #include "gradsync/algo/tuning.hpp"

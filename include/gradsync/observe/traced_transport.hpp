@@ -14,6 +14,7 @@
 #include <string_view>
 #include <utility>
 
+#include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/workspace.hpp"
@@ -23,15 +24,11 @@
 namespace gradsync::observe {
 
 /// True when algorithm A on transport Tr only uses the transport concept, so it can run
-/// on a traced_transport (which hides Tr's extras). ring, tree and halving_doubling
-/// always qualify; auto_select when Tr has no extras it could choose to use. Specialise
-/// it for a new generic algorithm to get its steps traced.
+/// on a traced_transport (which hides Tr's extras): A declares itself generic
+/// (gradsync::generic_on_v, algo/concept.hpp).
 template <class A, class Tr>
 inline constexpr bool traces_steps_v =
-    !A::needs_peer_access && !A::needs_native &&
-    (A::name == std::string_view("ring") || A::name == std::string_view("tree") ||
-     A::name == std::string_view("halving_doubling") ||
-     (A::name == std::string_view("auto") && !Tr::peer_access && !Tr::native_allreduce));
+    !A::needs_peer_access && !A::needs_native && generic_on_v<A, Tr>;
 
 /// An executor that times reductions and otherwise behaves as Ex (it derives from it).
 template <class Ex>
