@@ -19,7 +19,7 @@ struct gather_broadcast {
   static constexpr std::string_view name = "gather_broadcast";
   static constexpr bool needs_peer_access = false;
   static constexpr bool needs_native = false;
-  static constexpr bool generic = true;         // only the transport concept
+  static constexpr bool generic = true;           // only the transport concept
   static constexpr std::size_t scratch_slot = 7;  // the slot no library algorithm uses
 
   template <gradsync::transport_policy Tr, class T, class Op>

@@ -31,11 +31,17 @@ enum class composition_fault {
 
 namespace detail {
 template <class A>
-inline constexpr bool wants_native = requires { requires A::needs_native; };
+inline constexpr bool wants_native = requires {
+  requires A::needs_native;
+};
 template <class A>
-inline constexpr bool wants_peer_access = requires { requires A::needs_peer_access; };
+inline constexpr bool wants_peer_access = requires {
+  requires A::needs_peer_access;
+};
 template <class A>
-inline constexpr bool wants_two_level = requires { requires A::needs_two_level; };
+inline constexpr bool wants_two_level = requires {
+  requires A::needs_two_level;
+};
 }  // namespace detail
 
 /// The table itself: which rule algorithm A breaks on transport Tr (a flat host transport,

@@ -20,7 +20,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +33,7 @@
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/algo/ring.hpp"
 #include "gradsync/check/consistency.hpp"
+#include "gradsync/check/two_levels.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
@@ -165,92 +165,80 @@ struct hierarchical {
 
   /// call_options::verify over two levels: the ranks of each node compare result hashes,
   /// then the ranks of each local index across nodes (equal in every node and in every
-  /// column means equal everywhere). A node whose ranks differ still takes part in the
-  /// cross-node round, flagged, so every rank throws errc::diverged at once.
+  /// column means equal everywhere); errc::diverged on every rank at once
+  /// (check/two_levels.hpp).
   template <class Intra, class Inter>
   static void verify_levels(transport::two_level<Intra, Inter>& t, std::uint64_t in_seq,
                             std::uint64_t out_seq, const void* data, std::size_t bytes,
                             deadline until) {
-    const std::size_t local = t.intra().size(), node = t.inter().rank(), li = t.intra().rank();
-    auto in_node = [&](std::size_t q) { return node * local + q; };  // global ranks
-    auto across = [&](std::size_t q) { return q * local + li; };
     result_record mine;
     mine.bytes = bytes;
     mine.hash = kernels::buffer_hash(data, bytes);
-    std::string node_diff;
-    if (local > 1) {
-      mine.seq = in_seq;
-      node_diff = gradsync::detail::describe_divergence(
-          gradsync::detail::exchange_results(t.intra(), mine, until), in_node);
-    }
-    std::string across_diff;
-    bool other_node = false;
-    if (t.inter().size() > 1) {
-      mine.seq = out_seq;
-      mine.flags = node_diff.empty() ? 0 : result_record::poisoned;
-      const auto by_rank = gradsync::detail::exchange_results(t.inter(), mine, until);
-      for (const result_record& x : by_rank) other_node |= (x.flags & result_record::poisoned) != 0;
-      across_diff = gradsync::detail::describe_divergence(by_rank, across);
-    }
-    std::string what;
-    if (!node_diff.empty()) {
-      what = "inside node " + std::to_string(node) + ", " + node_diff;
-    } else if (other_node) {
-      what =
-          "the ranks of another node hold different results among themselves (that "
-          "node's ranks name them); this node's ranks agree";
-    } else if (!across_diff.empty()) {
-      what = "across nodes, " + across_diff;
-    }
-    if (!what.empty()) {
+    const auto fail = [&](const std::string& what) {
       throw error(
           errc::diverged, {t.rank(), error_site::npos, in_seq},
           "allreduce results differ across ranks: " + what + gradsync::detail::divergence_hint());
-    }
+    };
+    gradsync::detail::check_two_levels(
+        t, errc::diverged,
+        [&](auto rank_of) {
+          mine.seq = in_seq;
+          const std::string d = gradsync::detail::describe_divergence(
+              gradsync::detail::exchange_results(t.intra(), mine, until), rank_of);
+          if (!d.empty()) fail("inside node " + std::to_string(t.inter().rank()) + ", " + d);
+        },
+        [&](bool node_failed, auto rank_of) {
+          mine.seq = out_seq;
+          mine.flags = node_failed ? result_record::poisoned : 0;
+          const auto by_rank = gradsync::detail::exchange_results(t.inter(), mine, until);
+          if (node_failed) return;  // this node's own finding is rethrown
+          for (const result_record& x : by_rank) {
+            if (x.flags & result_record::poisoned)
+              fail(
+                  "the ranks of another node hold different results among themselves (that "
+                  "node's ranks name them); this node's ranks agree");
+          }
+          const std::string d = gradsync::detail::describe_divergence(by_rank, rank_of);
+          if (!d.empty()) fail("across nodes, " + d);
+        });
   }
 
+  /// The header's algorithm field from a node whose own ranks disagree.
+  static constexpr std::string_view poisoned_name = "node-mismatch";
+
   /// Agrees on the call inside the node, then across nodes; every rank ends with the same
-  /// verdict. A node whose ranks disagree among themselves still takes part in the
-  /// cross-node round, with a poisoned header, so that the other nodes fail at once too
-  /// instead of waiting for it until their deadline.
+  /// verdict (check/two_levels.hpp: a node that disagrees joins the cross-node round with
+  /// a poisoned header, so the other nodes fail at once too).
   template <class T, class Op, class Intra, class Inter>
   static void check_arguments(transport::two_level<Intra, Inter>& t, std::size_t count,
                               std::uint64_t in_seq, std::uint64_t out_seq, deadline until) {
-    static constexpr std::string_view poisoned = "node-mismatch";
-    const std::size_t local = t.intra().size(), node = t.inter().rank(), li = t.intra().rank();
-    auto in_node = [&](std::size_t q) { return node * local + q; };  // global ranks
-    auto across = [&](std::size_t q) { return q * local + li; };
     std::vector<call_header> table;
-    std::exception_ptr node_error;
-    try {
-      if (t.intra().size() > 1)
-        agree(t.intra(),
-              call_header::make(in_seq, count, dtype_of<T>::value, Op::id, header_name()), until,
-              table, in_node);
-    } catch (const error& e) {
-      if (e.code() != errc::mismatch) throw;
-      node_error = std::current_exception();
-    }
-    try {
-      if (t.inter().size() > 1)
-        agree(t.inter(),
-              call_header::make(out_seq, count, dtype_of<T>::value, Op::id,
-                                node_error ? poisoned : header_name()),
-              until, table, across);
-    } catch (const error& e) {
-      if (node_error) std::rethrow_exception(node_error);
-      if (e.code() != errc::mismatch) throw;
-      for (const call_header& h : table) {
-        if (h.algo_name() == poisoned) {
-          throw error(errc::mismatch, {t.rank(), error_site::npos, in_seq},
-                      "the ranks of another node called allreduce with different arguments "
-                      "among themselves (that node's ranks name the difference); this node's "
-                      "ranks agree");
-        }
-      }
-      throw;
-    }
-    if (node_error) std::rethrow_exception(node_error);
+    gradsync::detail::check_two_levels(
+        t, errc::mismatch,
+        [&](auto rank_of) {
+          agree(t.intra(),
+                call_header::make(in_seq, count, dtype_of<T>::value, Op::id, header_name()), until,
+                table, rank_of);
+        },
+        [&](bool node_failed, auto rank_of) {
+          try {
+            agree(t.inter(),
+                  call_header::make(out_seq, count, dtype_of<T>::value, Op::id,
+                                    node_failed ? poisoned_name : header_name()),
+                  until, table, rank_of);
+          } catch (const error& e) {
+            if (e.code() != errc::mismatch) throw;
+            for (const call_header& h : table) {
+              if (h.algo_name() == poisoned_name) {
+                throw error(errc::mismatch, {t.rank(), error_site::npos, in_seq},
+                            "the ranks of another node called allreduce with different "
+                            "arguments among themselves (that node's ranks name the "
+                            "difference); this node's ranks agree");
+              }
+            }
+            throw;
+          }
+        });
   }
 };
 

@@ -35,8 +35,8 @@ struct fixed_name {
 };
 
 /// One list entry: algorithm A under the name programs accept for it (--algo NAME).
-template <class A,             ///< the algorithm type
-          fixed_name Name>     ///< its command-line name
+template <class A,          ///< the algorithm type
+          fixed_name Name>  ///< its command-line name
 struct named {
   using type = A;
   static constexpr std::string_view name = Name.view();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gradsync/check/consistency.hpp"
+#include "gradsync/check/two_levels.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/fusion/plan.hpp"
@@ -158,18 +159,12 @@ void check_plan(Tr& t, std::span<const tensor_desc> tensors, const plan& p, dead
 template <class Intra, class Inter>
 void check_plan(transport::two_level<Intra, Inter>& t, std::span<const tensor_desc> tensors,
                 const plan& p, deadline d) {
-  const std::size_t local = t.intra().size(), node = t.inter().rank(), li = t.intra().rank();
-  std::exception_ptr node_error;
-  try {
-    detail::check_plan_on(t.intra(), tensors, p, d, false,
-                          [&](std::size_t q) { return node * local + q; });
-  } catch (const error& e) {
-    if (e.code() != errc::mismatch) throw;
-    node_error = std::current_exception();
-  }
-  detail::check_plan_on(t.inter(), tensors, p, d, node_error != nullptr,
-                        [&](std::size_t q) { return q * local + li; });
-  if (node_error) std::rethrow_exception(node_error);
+  gradsync::detail::check_two_levels(
+      t, errc::mismatch,
+      [&](auto rank_of) { detail::check_plan_on(t.intra(), tensors, p, d, false, rank_of); },
+      [&](bool poisoned, auto rank_of) {
+        detail::check_plan_on(t.inter(), tensors, p, d, poisoned, rank_of);
+      });
 }
 
 }  // namespace gradsync::fusion

@@ -64,7 +64,11 @@ class two_level {
     check_shape();
   }
 
-  std::size_t rank() const { return inter_.rank() * intra_.size() + intra_.rank(); }
+  std::size_t rank() const { return global_of_intra(intra_.rank()); }
+  /// The global rank of rank q of this node's Intra group.
+  std::size_t global_of_intra(std::size_t q) const { return inter_.rank() * intra_.size() + q; }
+  /// The global rank of rank q of this rank's Inter group (node q, this local index).
+  std::size_t global_of_inter(std::size_t q) const { return q * intra_.size() + intra_.rank(); }
   std::size_t size() const { return inter_.size() * intra_.size(); }
   Intra& intra() { return intra_; }
   Inter& inter() { return inter_; }

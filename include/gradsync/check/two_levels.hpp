@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// A check over a transport::two_level, written once: it runs inside every node, then
+// across the nodes, so that every rank ends with the same verdict at once. A node whose
+// ranks disagreed among themselves still joins the cross-node round, marked poisoned,
+// so that the other nodes fail now instead of waiting for it until their deadline; its
+// own ranks then report their node's finding. The argument agreement and result
+// verification of algo::hierarchical and the bucket-plan check use it.
+#pragma once
+
+#include <cstddef>
+#include <exception>
+
+#include "gradsync/core/error.hpp"
+#include "gradsync/transport/two_level.hpp"
+
+namespace gradsync::detail {
+
+/// Runs `inside(rank_of)` on t.intra(), then `across(poisoned, rank_of)` on t.inter();
+/// each throws gradsync::error with code `finding` when the ranks it sees disagree, and
+/// `rank_of` maps a rank of its group to the global rank its message names. `poisoned`
+/// tells `across` that this node already disagrees (it must still take part, and tell
+/// the other nodes). This rank's node's finding is rethrown before anything `across`
+/// throws; other errors (timeout, peer_lost) pass through.
+template <class Intra, class Inter, class Inside, class Across>
+void check_two_levels(transport::two_level<Intra, Inter>& t, errc finding, Inside&& inside,
+                      Across&& across) {
+  std::exception_ptr node_error;
+  if (t.intra().size() > 1) {
+    try {
+      inside([&t](std::size_t q) { return t.global_of_intra(q); });
+    } catch (const error& e) {
+      if (e.code() != finding) throw;
+      node_error = std::current_exception();
+    }
+  }
+  if (t.inter().size() > 1) {
+    try {
+      across(node_error != nullptr, [&t](std::size_t q) { return t.global_of_inter(q); });
+    } catch (...) {
+      if (node_error) std::rethrow_exception(node_error);
+      throw;
+    }
+  }
+  if (node_error) std::rethrow_exception(node_error);
+}
+
+}  // namespace gradsync::detail
