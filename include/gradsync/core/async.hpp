@@ -73,7 +73,7 @@ class completion {
     remaining_ += k;
   }
   /// One job finished; `e` is its failure, if any (the first one is kept).
-  void finish_one(std::exception_ptr e = nullptr) {
+  void finish_one(const std::exception_ptr& e = nullptr) {
     std::lock_guard lk(m_);
     if (e && !err_) err_ = e;
     if (remaining_ > 0 && --remaining_ == 0) cv_.notify_all();

@@ -31,12 +31,9 @@ inline constexpr std::string_view dtype_name(dtype d) {
 inline constexpr std::size_t dtype_size(dtype d) {
   switch (d) {
     // clang-format off
-    case dtype::f32: return 4;
-    case dtype::f64: return 8;
-    case dtype::f16: return 2;
-    case dtype::bf16: return 2;
-    case dtype::i32: return 4;
-    case dtype::i64: return 8;
+    case dtype::f32: case dtype::i32: return 4;
+    case dtype::f64: case dtype::i64: return 8;
+    case dtype::f16: case dtype::bf16: return 2;
       // clang-format on
   }
   return 0;

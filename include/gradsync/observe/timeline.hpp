@@ -107,8 +107,9 @@ class timeline {
       std::fprintf(f,
                    ",\n{\"name\":\"%s\",\"cat\":\"gradsync\",\"ph\":\"%c\",\"pid\":%zu,\"tid\":%d,"
                    "\"ts\":%.3f",
-                   escape(e.name).c_str(), e.ph, pid, static_cast<int>(e.tr), e.ts_ns / 1e3);
-      if (e.ph == 'X') std::fprintf(f, ",\"dur\":%.3f", e.dur_ns / 1e3);
+                   escape(e.name).c_str(), e.ph, pid, static_cast<int>(e.tr),
+                   static_cast<double>(e.ts_ns) / 1e3);
+      if (e.ph == 'X') std::fprintf(f, ",\"dur\":%.3f", static_cast<double>(e.dur_ns) / 1e3);
       if (e.ph == 'i') std::fprintf(f, ",\"s\":\"t\"");
       std::fprintf(f, ",\"args\":{%s}}", e.args.c_str());
     }

@@ -326,6 +326,7 @@ class mpi {
     for (std::size_t off = 0; off < count; off += chunk) {
       const int len = static_cast<int>(std::min(chunk, count - off));
       MPI_Request req = MPI_REQUEST_NULL;
+      // NOLINTNEXTLINE(performance-no-int-to-ptr): MPI_IN_PLACE is the MPI library's macro
       detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + off, len, type, mop, comm_, &req),
                         "MPI_Iallreduce", where);
       MPI_Status st;

@@ -104,7 +104,7 @@ struct shm_options {
     unsigned long long v = std::strtoull(s, &end, 10);
     const std::string unit = end ? end : "";
     const int shift = unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : 0;
-    if (end == s || *s < '0' || *s > '9' || (unit != "" && shift == 0) || errno == ERANGE ||
+    if (end == s || *s < '0' || *s > '9' || (!unit.empty() && shift == 0) || errno == ERANGE ||
         v > (~0ull >> shift)) {
       throw error(errc::invalid_argument, {},
                   std::string(var) +

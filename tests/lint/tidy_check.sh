@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# tests/lint/tidy_check.sh ROOT BUILD: clang-tidy 14 with the repository's .clang-tidy
+# (bug patterns, avoidable copies, a few readability checks; warnings are errors) over
+# translation units that instantiate the host headers: local threads, two_level and the
+# allreducer (test_algorithm_list), shm (test_shm_faults), mpi (test_mpi_transport),
+# fusion and compression in the allreducer (test_compress). Findings in include/gradsync
+# and in these files count. Two at a time (about 40 s on the 2-core CI machine).
+set -uo pipefail
+root=${1:?root}
+build=${2:?build directory (with compile_commands.json)}
+tidy=$(command -v clang-tidy-14 || command -v clang-tidy) || {
+  echo "tidy: clang-tidy is not installed (scripts/setup-deps installs it)"
+  exit 77
+}
+[ -f "$build/compile_commands.json" ] || { echo "tidy: no $build/compile_commands.json"; exit 1; }
+units=(tests/core/test_algorithm_list.cpp tests/shm/test_shm_faults.cpp
+       tests/mpi/test_mpi_transport.cpp tests/fusion/test_compress.cpp)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cd "$root" || exit 1
+export tidy build out
+printf '%s\n' "${units[@]}" | xargs -P 2 -I{} sh -c \
+  'f={}; if "$tidy" -p "$build" --quiet "$f" >"$out/$(echo "$f" | tr / _).log" 2>&1;
+   then echo "ok $f"; else echo "FAIL $f"; fi' >"$out/result"
+bad=0
+while read -r status f; do
+  if [ "$status" != ok ]; then
+    bad=$((bad + 1))
+    echo "== $f"
+    grep -E "(warning|error): " "$out/$(echo "$f" | tr / _).log" | sed "s|$root/||; s|[^ ]*\.\./main/||" |
+      sort -u | head -20
+  fi
+done <"$out/result"
+echo "$(( ${#units[@]} - bad )) of ${#units[@]} translation units clang-tidy clean"
+[ "$bad" -eq 0 ]
