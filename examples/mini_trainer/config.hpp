@@ -50,12 +50,19 @@ struct config {
   bool version = false;              // --version: print the version, exit 0
 };
 
-/// --algo's choices: gradsync's host algorithm list (algo/list.hpp), space-separated.
+/// --algo's choices: gradsync's host algorithm list (algo/list.hpp), in lines of the
+/// usage text's second column.
 inline std::string algorithm_choices() {
-  std::string s;
-  for (std::string_view n : gradsync::algo::algorithm_names<gradsync::algo::host_algorithms>())
-    s += (s.empty() ? "" : " ") + std::string(n);
-  return s;
+  const std::string indent(30, ' ');
+  std::string s = indent, line;
+  for (std::string_view n : gradsync::algo::algorithm_names<gradsync::algo::host_algorithms>()) {
+    if (!line.empty() && line.size() + 1 + n.size() > 56) {
+      s += line + "\n" + indent;
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + std::string(n);
+  }
+  return s + line;
 }
 
 inline std::string usage_text() {
@@ -63,8 +70,7 @@ inline std::string usage_text() {
          "  --transport local|shm|mpi|two_level   who moves the bytes (default local);\n"
          "                              two_level: shm in the node, mpi across (--algo "
          "hierarchical)\n"
-         "  --algo NAME                 allreduce algorithm (ring), one of:\n"
-         "                              " +
+         "  --algo NAME                 allreduce algorithm (ring), one of:\n" +
          algorithm_choices() +
          "\n"
          "                              (direct = direct_two_shot; hierarchical* need two_level,\n"
