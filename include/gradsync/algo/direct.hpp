@@ -79,6 +79,8 @@ struct direct_two_shot {
   static constexpr std::string_view name = "direct_two_shot";
   static constexpr bool needs_peer_access = true;
   static constexpr bool needs_native = false;
+  /// Workspace slot of the registered path's reduce block (distinct per list entry).
+  static constexpr std::size_t scratch_slot = detail::registered_scratch_slot;
   /// Compares the call headers in its first exchange; allreduce() skips agree().
   static constexpr bool checks_headers = true;
 

@@ -37,8 +37,8 @@ struct halving_doubling {
   static constexpr bool needs_native = false;
   static constexpr bool generic = true;  // the transport concept alone (algo/concept.hpp)
 
-  /// Workspace slot for the reduce-scatter's in-flight receive segments (ring uses slot
-  /// 0, tree slot 1).
+  /// Workspace slot for the reduce-scatter's in-flight receive segments (distinct per
+  /// list entry: algo/list.hpp).
   static constexpr std::size_t scratch_slot = 2;
 
   template <transport_policy Tr, class T, class Op>

@@ -21,6 +21,7 @@
 #include "gradsync/algo/native.hpp"
 #include "gradsync/algo/ring.hpp"
 #include "gradsync/algo/tree.hpp"
+#include "gradsync/core/workspace.hpp"
 
 namespace gradsync::algo {
 
@@ -42,9 +43,43 @@ struct named {
   static constexpr std::string_view name = Name.view();
 };
 
-/// A list of named<...> entries.
+namespace detail {
+template <class A>
+constexpr std::size_t slot_of() {
+  if constexpr (requires { A::scratch_slot; }) {
+    return A::scratch_slot;
+  } else {
+    return ~std::size_t{0};  // uses no workspace slot of its own (composite or none)
+  }
+}
+// Whether the entries that declare a workspace slot (scratch_slot) each have their own.
+template <class... A>
+constexpr bool slots_distinct() {
+  constexpr std::size_t none = ~std::size_t{0};
+  const std::size_t s[] = {none, slot_of<A>()...};
+  for (std::size_t i = 0; i < sizeof(s) / sizeof(s[0]); ++i)
+    for (std::size_t j = i + 1; j < sizeof(s) / sizeof(s[0]); ++j)
+      if (s[i] != none && s[i] == s[j]) return false;
+  return true;
+}
+template <class... A>
+constexpr bool slots_in_range() {
+  return ((slot_of<A>() == ~std::size_t{0} || slot_of<A>() < workspace::slots) && ...);
+}
+}  // namespace detail
+
+/// A list of named<...> entries. An algorithm that keeps scratch in the transport's
+/// workspace declares `static constexpr std::size_t scratch_slot`; two entries of one
+/// list may not share a slot (their buffers would be resized by each other's calls).
 template <class... Entries>
-struct algorithm_list {};
+struct algorithm_list {
+  static_assert(detail::slots_in_range<typename Entries::type...>(),
+                "gradsync: an algorithm's scratch_slot is not below workspace::slots "
+                "(core/workspace.hpp)");
+  static_assert(detail::slots_distinct<typename Entries::type...>(),
+                "gradsync: two algorithms of this list declare the same scratch_slot; give "
+                "the new algorithm a workspace slot no other entry declares");
+};
 
 /// The list with more entries appended (a test's own algorithm, a user's).
 template <class List, class... More>

@@ -33,7 +33,7 @@ struct tree {
   static constexpr bool generic = true;  // the transport concept alone (algo/concept.hpp)
 
   /// Workspace slot for the reduce-up receive buffers: 2 trees x 2 children x 2
-  /// (double buffering) segments (ring uses slot 0, halving_doubling slot 2).
+  /// (double buffering) segments (distinct per list entry: algo/list.hpp).
   static constexpr std::size_t scratch_slot = 1;
 
   // Schedule, per tree, for a node at depth d (D = the tree's height), segment j:

@@ -17,6 +17,9 @@
 
 namespace gradsync::algo::detail {
 
+/// Workspace slot of the ring's in-flight receive buffers (algo::ring::scratch_slot).
+inline constexpr std::size_t ring_scratch_slot = 0;
+
 /// One ring pass over `data` (n = t.size() > 1 ranks). reduce_scatter() leaves this rank
 /// holding chunk owned() reduced over all ranks; allgather() spreads every rank's owned
 /// chunk; finish() completes the outstanding sends.
@@ -24,7 +27,7 @@ template <transport_policy Tr, class T>
 class ring_pass {
  public:
   /// Scratch slot of the in-flight receive buffers.
-  static constexpr std::size_t scratch_slot = 0;
+  static constexpr std::size_t scratch_slot = ring_scratch_slot;
 
   ring_pass(Tr& t, std::span<T> data, const call_context& ctx)
       : t_(t),
