@@ -371,26 +371,30 @@ class batch_runner {
     }
   }
 
-  /// The collective of one bucket of T, on the wire as Compression's wire_t<T>.
+  /// The collective of one bucket of T; a type the policy compresses goes through its
+  /// codec (compress/concept.hpp): encode into staging, the collective there, decode.
   template <class T, class Op>
   void run_typed(void* data, std::size_t count, observe::track tr, observe::call_stats& acc) {
-    using W = typename Compression::template wire_t<T>;
     if constexpr (!compress::compresses_v<Compression, T>) {
       run_wire<T, Op>(static_cast<T*>(data), count, tr, acc);
     } else {
-      // avg: divide before converting, then sum on the wire (compress/cast.hpp).
-      using wire_op = std::conditional_t<Op::id == reduce_op::avg, op::sum_t, Op>;
+      static_assert(compress::codec_for<Compression, T, Op>,
+                    "gradsync: a compression policy that changes a type's wire type defines "
+                    "codec<T, Op> with wire_type, wire_op, encode and decode (see "
+                    "compress/concept.hpp and compress/cast.hpp)");
+      using codec = typename Compression::template codec<T, Op>;
+      using W = typename codec::wire_type;
       T* x = static_cast<T*>(data);
       std::shared_ptr<fusion::arena> wire = acquire_staging(count * sizeof(W));
       W* w = reinterpret_cast<W*>(wire->data());
       try {
         const auto c0 = steady::now();
-        kernels::finalize_cast(w, x, count, t_.size(), Op{});  // avg: w = x / n
+        codec::encode(w, x, count, t_.size());
         const auto c1 = steady::now();
         event("compress", tr, c0, c1, [&] { return "\"elements\":" + std::to_string(count); });
-        run_wire<W, wire_op>(w, count, tr, acc);
+        run_wire<W, typename codec::wire_op>(w, count, tr, acc);
         const auto d0 = steady::now();
-        kernels::cast(x, w, count);
+        codec::decode(x, w, count);
         const auto d1 = steady::now();
         event("decompress", tr, d0, d1, [&] { return "\"elements\":" + std::to_string(count); });
         acc.compress_seconds += std::chrono::duration<double>((c1 - c0) + (d1 - d0)).count();
