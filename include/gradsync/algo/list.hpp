@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// gradsync's host algorithms in one list, for everything that iterates over algorithms
+// gradsync's host algorithms in one list, for everything that iterates over them
 // (allreduce_perf's --algo, the trainer's --algo and --help, test_runs_on, the MPI
-// matrix): a new algorithm is its header plus one entry here. Users of the list skip the pairs that
-// do not compose (runs_on_v), so an entry may need peer access, a native allreduce or a two_level.
+// matrix): a new algorithm is its header plus one entry here. Users of the list skip
+// the pairs that do not compose (runs_on_v): an entry may need peer access, a native
+// allreduce or a two_level.
 //
 //   gs::algo::with_algorithm<gs::algo::host_algorithms>("tree", [&]<class A>() {
 //     gs::allreduce<A>(t, span, gs::op::sum);
