@@ -91,13 +91,19 @@ class two_level {
   }
 
  private:
-  // The smallest and largest v over group t: one small allgather (transport/allgather.hpp),
-  // since a transport sits below the algorithms.
+  // Every rank's v over group t (rank order): one small allgather
+  // (transport/allgather.hpp), since a transport sits below the algorithms.
   template <class Tr>
-  static std::pair<std::uint64_t, std::uint64_t> spread(Tr& t, std::uint64_t v) {
+  static std::vector<std::uint64_t> gather(Tr& t, std::uint64_t v) {
     std::vector<std::uint64_t> all;
     gradsync::detail::allgather_pod(t, v, all, consistency_tag(t.next_seq()),
                                     deadline::after(default_timeout()));
+    return all;
+  }
+  // The smallest and largest v over group t.
+  template <class Tr>
+  static std::pair<std::uint64_t, std::uint64_t> spread(Tr& t, std::uint64_t v) {
+    const std::vector<std::uint64_t> all = gather(t, v);
     const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
     return {*lo, *hi};
   }
@@ -129,16 +135,8 @@ class two_level {
     std::size_t flags =
         (why.empty() ? 0 : 1) | (gradsync::crosses_network(inter_) ? 2 : 0) | (helper_ok() ? 0 : 4);
     for (int pass = 0; pass < 3; ++pass) {
-      std::vector<std::uint64_t> all;
-      const deadline until = deadline::after(default_timeout());
-      if (pass == 1) {
-        gradsync::detail::allgather_pod(inter_, std::uint64_t{flags}, all,
-                                        consistency_tag(inter_.next_seq()), until);
-      } else {
-        gradsync::detail::allgather_pod(intra_, std::uint64_t{flags}, all,
-                                        consistency_tag(intra_.next_seq()), until);
-      }
-      for (const std::uint64_t f : all) flags |= f;
+      for (const std::uint64_t f : pass == 1 ? gather(inter_, flags) : gather(intra_, flags))
+        flags |= f;
     }
     network_ = (flags & 2) != 0;
     pipelines_ = network_ && (flags & 4) == 0;
