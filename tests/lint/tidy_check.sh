@@ -28,8 +28,9 @@ while read -r status f; do
   if [ "$status" != ok ]; then
     bad=$((bad + 1))
     echo "== $f"
-    grep -E "(warning|error): " "$out/$(echo "$f" | tr / _).log" | sed "s|$root/||; s|[^ ]*\.\./main/||" |
-      sort -u | head -20
+    # Paths as clang-tidy prints them (absolute, or through the build dir) -> repo-relative.
+    grep -E "(warning|error): " "$out/$(echo "$f" | tr / _).log" |
+      sed -E "s|^[^ :]*/(include/gradsync/)|\1|; s|^$root/||" | sort -u | head -20
   fi
 done <"$out/result"
 echo "$(( ${#units[@]} - bad )) of ${#units[@]} translation units clang-tidy clean"
