@@ -18,7 +18,7 @@ LAYERS = [
     ('algo',),
     ('fusion', 'compress'),
     ('observe',),
-    ('detail', 'allreduce.hpp'),
+    ('detail', 'allreduce.hpp', 'allgather.hpp'),
     ('allreducer.hpp',),
     ('gradsync.hpp',),
 ]

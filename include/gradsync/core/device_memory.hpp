@@ -10,7 +10,7 @@
 namespace gradsync {
 
 /// A contiguous range of T in device memory (cudaMalloc'd, or from a framework tensor).
-/// T: the element type (float, double, half, bfloat16, int32_t, int64_t).
+/// T: the element type (float, double, half, bfloat16, int32_t, int64_t, int8_t).
 template <class T>
 class device_span {
  public:

@@ -12,7 +12,7 @@
 namespace gradsync {
 
 /// Run-time tag of an element type; travels in the cross-rank consistency header.
-enum class dtype : std::uint8_t { f32 = 1, f64, f16, bf16, i32, i64 };
+enum class dtype : std::uint8_t { f32 = 1, f64, f16, bf16, i32, i64, i8 };
 
 inline constexpr std::string_view dtype_name(dtype d) {
   switch (d) {
@@ -23,6 +23,7 @@ inline constexpr std::string_view dtype_name(dtype d) {
     case dtype::bf16: return "bfloat16";
     case dtype::i32: return "int32";
     case dtype::i64: return "int64";
+    case dtype::i8: return "int8";
       // clang-format on
   }
   return "unknown";
@@ -34,6 +35,7 @@ inline constexpr std::size_t dtype_size(dtype d) {
     case dtype::f32: case dtype::i32: return 4;
     case dtype::f64: case dtype::i64: return 8;
     case dtype::f16: case dtype::bf16: return 2;
+    case dtype::i8: return 1;
       // clang-format on
   }
   return 0;
@@ -48,15 +50,16 @@ template <> struct dtype_of<half> : std::integral_constant<dtype, dtype::f16> {}
 template <> struct dtype_of<bfloat16> : std::integral_constant<dtype, dtype::bf16> {};
 template <> struct dtype_of<std::int32_t> : std::integral_constant<dtype, dtype::i32> {};
 template <> struct dtype_of<std::int64_t> : std::integral_constant<dtype, dtype::i64> {};
+template <> struct dtype_of<std::int8_t> : std::integral_constant<dtype, dtype::i8> {};
 // clang-format on
 
-/// True for the six element types gradsync reduces.
+/// True for the seven element types gradsync reduces.
 template <class T>
 inline constexpr bool is_element_type_v = requires {
   dtype_of<std::remove_cv_t<T>>::value;
 };
 
-/// An element type: float, double, half, bfloat16, int32_t or int64_t.
+/// An element type: float, double, half, bfloat16, int32_t, int64_t or int8_t.
 template <class T>
 concept element_type = is_element_type_v<T>;
 
@@ -71,10 +74,10 @@ constexpr void check_element_type() {
   static_assert(std::is_trivially_copyable_v<T>,
                 "gradsync: the element type is not trivially copyable, so its bytes cannot be "
                 "sent between ranks; use float, double, gradsync::half, gradsync::bfloat16, "
-                "int32_t or int64_t");
+                "int32_t, int64_t or int8_t");
   static_assert(!std::is_trivially_copyable_v<T> || is_element_type_v<T>,
                 "gradsync: unsupported element type; use float, double, gradsync::half, "
-                "gradsync::bfloat16, int32_t or int64_t");
+                "gradsync::bfloat16, int32_t, int64_t or int8_t");
 }
 
 /// Calls f(T{}) with the C++ type matching a run-time dtype (for benches and tools).
@@ -87,6 +90,7 @@ decltype(auto) visit_dtype(dtype d, F&& f) {
     case dtype::bf16: return f(bfloat16{});
     case dtype::i32: return f(std::int32_t{});
     case dtype::i64: return f(std::int64_t{});
+    case dtype::i8: return f(std::int8_t{});
     case dtype::f32: break;
       // clang-format on
   }

@@ -25,6 +25,7 @@
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/hierarchical.hpp"
 #include "gradsync/algo/tuning.hpp"
+#include "gradsync/allgather.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/compress/concept.hpp"
 #include "gradsync/core/async.hpp"
@@ -51,8 +52,8 @@ template <class Transport, class Algorithm, class Fusion, class Compression>
 class batch_runner {
  protected:
   /// Runs the allreduce of `count` elements at `data`, of the table slot's element type.
-  using runner = void (batch_runner::*)(void* data, std::size_t count, observe::track tr,
-                                        observe::call_stats& acc);
+  using runner = void (batch_runner::*)(void* data, std::size_t count, std::shared_ptr<void>* state,
+                                        observe::track tr, observe::call_stats& acc);
   using runner_table = std::array<runner, 8>;  // indexed by dtype
 
   /// One asynchronous operation: buckets of a plan over some tensors.
@@ -114,7 +115,8 @@ class batch_runner {
       for (std::size_t i = 0; i < descs_.size(); ++i)
         ptrs_[i] = arena_.data() + plan_.tensor_offset[i];
     }
-    plan_chosen_ = chosen_algorithms(plan_);  // the same for every step of this plan
+    plan_chosen_ = chosen_algorithms(plan_);             // the same for every step of this plan
+    codec_state_.assign(plan_.buckets.size(), nullptr);  // a new plan starts codecs afresh
     committed_ = true;
     log(log_level::info, t_.rank(), "bucket plan (%s, op %s): %s",
         std::string(Fusion::name).c_str(), std::string(op_name(Op::id)).c_str(),
@@ -177,6 +179,7 @@ class batch_runner {
     r[static_cast<std::size_t>(dtype::bf16)] = pick<bfloat16, Op>();
     r[static_cast<std::size_t>(dtype::i32)] = pick<std::int32_t, Op>();
     r[static_cast<std::size_t>(dtype::i64)] = pick<std::int64_t, Op>();
+    r[static_cast<std::size_t>(dtype::i8)] = pick<std::int8_t, Op>();
     return r;
   }
 
@@ -314,6 +317,9 @@ class batch_runner {
   fusion::plan plan_;
   std::string plan_chosen_;  // chosen_algorithms(plan_), set by commit_plan
   fusion::arena arena_;      // zero-copy home, or staging of the registered packed buckets
+  // The codec's state of each bucket of plan_ (error-feedback residuals), made on first
+  // use; only the job running bucket k touches slot k.
+  std::vector<std::shared_ptr<void>> codec_state_;
   bool committed_ = false;
 
  private:
@@ -351,7 +357,8 @@ class batch_runner {
       b.stats.pack_seconds += std::chrono::duration<double>(t1 - t0).count();
     }
     const auto t0 = steady::now();
-    (this->*b.runners[static_cast<std::size_t>(bk.type)])(base, bk.count, tr, b.stats);
+    std::shared_ptr<void>* state = b.plan == &plan_ ? &codec_state_[k] : nullptr;
+    (this->*b.runners[static_cast<std::size_t>(bk.type)])(base, bk.count, state, tr, b.stats);
     const auto t1 = steady::now();
     b.stats.seconds += std::chrono::duration<double>(t1 - t0).count();
     event("allreduce", tr, t0, t1, [&] {
@@ -371,38 +378,77 @@ class batch_runner {
     }
   }
 
+  /// What a codec moves its bucket through (compress/concept.hpp: channel): the
+  /// composition's allreduce, the allgather, staging memory and the timeline.
+  class channel {
+   public:
+    channel(batch_runner& self, observe::track tr, observe::call_stats& acc)
+        : self_(self), tr_(tr), acc_(acc) {}
+    channel(const channel&) = delete;
+    channel& operator=(const channel&) = delete;
+    ~channel() {
+      for (auto& a : held_) self_.release_staging(std::move(a));
+    }
+    std::size_t ranks() const { return self_.t_.size(); }
+    std::size_t rank() const { return self_.t_.rank(); }
+    template <class W, class WOp>
+    void allreduce(std::span<W> s, WOp) {
+      self_.template run_wire<W, WOp>(s.data(), s.size(), tr_, acc_);
+    }
+    void allgather(std::span<const std::byte> mine, std::span<std::byte> all) {
+      const auto t0 = steady::now();
+      acc_.bytes_wire += gradsync::allgather(
+          self_.t_,
+          std::span<const std::int8_t>(reinterpret_cast<const std::int8_t*>(mine.data()),
+                                       mine.size()),
+          std::span<std::int8_t>(reinterpret_cast<std::int8_t*>(all.data()), all.size()),
+          self_.opt_);
+      self_.event("allgather", tr_, t0, steady::now(),
+                  [&] { return "\"bytes\":" + std::to_string(mine.size()); });
+    }
+    std::span<std::byte> scratch(std::size_t bytes) {
+      held_.push_back(self_.acquire_staging(bytes));
+      return {held_.back()->data(), bytes};
+    }
+    template <class F>
+    void timed(std::string_view name, F&& f) {
+      const auto t0 = steady::now();
+      f();
+      const auto t1 = steady::now();
+      self_.event(name, tr_, t0, t1, [] { return std::string(); });
+      acc_.compress_seconds += std::chrono::duration<double>(t1 - t0).count();
+    }
+
+   private:
+    batch_runner& self_;
+    observe::track tr_;
+    observe::call_stats& acc_;
+    std::vector<std::shared_ptr<fusion::arena>> held_;
+  };
+
   /// The collective of one bucket of T; a type the policy compresses goes through its
-  /// codec (compress/concept.hpp): encode into staging, the collective there, decode.
+  /// codec (compress/concept.hpp), with the bucket's state when it has a home (`home`:
+  /// the committed plan's slot for this bucket; null for grouped calls: fresh state).
   template <class T, class Op>
-  void run_typed(void* data, std::size_t count, observe::track tr, observe::call_stats& acc) {
+  void run_typed(void* data, std::size_t count, std::shared_ptr<void>* home, observe::track tr,
+                 observe::call_stats& acc) {
     if constexpr (!compress::compresses_v<Compression, T>) {
+      (void)home;
       run_wire<T, Op>(static_cast<T*>(data), count, tr, acc);
     } else {
       static_assert(compress::codec_for<Compression, T, Op>,
-                    "gradsync: a compression policy that changes a type's wire type defines "
-                    "codec<T, Op> with wire_type, wire_op, encode and decode (see "
-                    "compress/concept.hpp and compress/cast.hpp)");
+                    "gradsync: a compression policy defines codec<T, Op> for each type it "
+                    "compresses: encode / decode with wire_type and wire_op, or run(channel, "
+                    "x, state, residual) (see compress/concept.hpp, compress/cast.hpp and "
+                    "compress/int8.hpp)");
       using codec = typename Compression::template codec<T, Op>;
-      using W = typename codec::wire_type;
-      T* x = static_cast<T*>(data);
-      std::shared_ptr<fusion::arena> wire = acquire_staging(count * sizeof(W));
-      W* w = reinterpret_cast<W*>(wire->data());
-      try {
-        const auto c0 = steady::now();
-        codec::encode(w, x, count, t_.size());
-        const auto c1 = steady::now();
-        event("compress", tr, c0, c1, [&] { return "\"elements\":" + std::to_string(count); });
-        run_wire<W, typename codec::wire_op>(w, count, tr, acc);
-        const auto d0 = steady::now();
-        codec::decode(x, w, count);
-        const auto d1 = steady::now();
-        event("decompress", tr, d0, d1, [&] { return "\"elements\":" + std::to_string(count); });
-        acc.compress_seconds += std::chrono::duration<double>((c1 - c0) + (d1 - d0)).count();
-      } catch (...) {
-        release_staging(std::move(wire));
-        throw;
-      }
-      release_staging(std::move(wire));
+      using state = compress::state_of<codec>;
+      std::shared_ptr<void> fresh;
+      std::shared_ptr<void>& slot = home ? *home : fresh;
+      if (!slot) slot = std::make_shared<state>();
+      channel ch(*this, tr, acc);
+      compress::run_codec<Compression, T, Op>(ch, std::span<T>(static_cast<T*>(data), count),
+                                              *static_cast<state*>(slot.get()), nullptr);
     }
   }
 

@@ -19,7 +19,7 @@ struct tensor_ref {
   dtype type = dtype::f32;
 
   tensor_ref() = default;
-  /// From a span of writable elements (float, double, half, bfloat16, int32_t, int64_t).
+  /// From a span of writable elements (float, double, half, bfloat16, int32_t, int64_t, int8_t).
   template <class T>
   requires(!std::is_const_v<T> && is_element_type_v<T>)
       tensor_ref(std::span<T> s)  // NOLINT: implicit on purpose, so lists of spans convert

@@ -61,6 +61,8 @@ constexpr ncclDataType_t dtype() {
     return ncclBfloat16;
   else if constexpr (std::is_same_v<T, std::int32_t>)
     return ncclInt32;
+  else if constexpr (std::is_same_v<T, std::int8_t>)
+    return ncclInt8;
   else
     return ncclInt64;
 }

@@ -72,6 +72,8 @@ MPI_Datatype builtin_mpi_type() {
     return MPI_INT32_T;
   } else if constexpr (std::is_same_v<T, std::int64_t>) {
     return MPI_INT64_T;
+  } else if constexpr (std::is_same_v<T, std::int8_t>) {
+    return MPI_INT8_T;
   } else {
     return MPI_DATATYPE_NULL;
   }

@@ -1,0 +1,288 @@
+// SPDX-License-Identifier: Apache-2.0
+// The lossy codecs (compress::int8, compress::topk) and error feedback: their kernels
+// exact where the scheme is exact (int8 of values on its grid, top-k's picks and
+// tie-breaks against a full sort), the residual equal to input minus what was sent,
+// carried to the next step and started afresh with a new plan; through the allreducer
+// on the local transport the results are bitwise equal on every rank and the wire bytes
+// are the ones the messages carried.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gradsync/gradsync.hpp>
+#include <gradsync/testing/exact_inputs.hpp>
+
+#include "watchdog.hpp"
+
+namespace gs = gradsync;
+using local = gs::transport::local;
+
+namespace {
+
+// A one-rank channel: allreduce and allgather leave the data as it is.
+struct solo_channel {
+  std::vector<std::vector<std::byte>> bufs;
+  std::size_t ranks() const { return 1; }
+  std::size_t rank() const { return 0; }
+  template <class W, class Op>
+  void allreduce(std::span<W>, Op) {}
+  void allgather(std::span<const std::byte> mine, std::span<std::byte> all) {
+    std::memcpy(all.data(), mine.data(), mine.size());
+  }
+  std::span<std::byte> scratch(std::size_t n) {
+    bufs.emplace_back(n);
+    return bufs.back();
+  }
+  template <class F>
+  void timed(std::string_view, F&& f) {
+    f();
+  }
+};
+static_assert(gs::compress::channel<solo_channel>);
+
+// A deterministic pseudo-random float in [-1, 1) from (seed, i).
+float noise(std::uint64_t seed, std::size_t i) {
+  std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + i * 0xbf58476d1ce4e5b9ull;
+  z ^= z >> 31;
+  z *= 0x94d049bb133111ebull;
+  z ^= z >> 29;
+  return static_cast<float>(static_cast<double>(z >> 40) / double(1ull << 23) - 1.0);
+}
+
+// The top-k reference: a full sort by (|x| descending, index ascending).
+std::vector<std::uint32_t> topk_by_sort(const std::vector<float>& x, std::size_t k) {
+  std::vector<std::uint32_t> idx(x.size());
+  std::iota(idx.begin(), idx.end(), 0u);
+  std::stable_sort(idx.begin(), idx.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return std::fabs(x[a]) > std::fabs(x[b]);
+  });
+  idx.resize(k);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+template <class C>
+struct run_result {
+  std::vector<std::vector<float>> out;  // per rank, per step: the bucket after the call
+  std::vector<std::uint64_t> digest;
+  std::vector<std::size_t> wire;  // bytes_wire of the last call, per rank
+};
+
+// `steps` steps of one registered tensor of `count` floats over n local ranks; rank r's
+// input at step s is in(r, s, i). Returns each rank's result of the last step.
+template <class C, class Fusion = gs::fusion::bucket<1 << 20>, class Op = gs::op::sum_t, class In>
+run_result<C> run_steps(std::size_t n, std::size_t count, std::size_t steps, In in, Op op = {}) {
+  run_result<C> res;
+  res.out.resize(n);
+  res.digest.resize(n);
+  res.wire.resize(n);
+  std::mutex m;
+  gs::transport::run_local(n, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, Fusion, C> ar(t);
+    std::vector<float> g(count);
+    ar.add(std::span<float>(g), "g");
+    ar.commit(op);
+    for (std::size_t s = 0; s < steps; ++s) {
+      for (std::size_t i = 0; i < count; ++i) g[i] = in(t.rank(), s, i);
+      ar.ready(0);
+      ar.wait();
+    }
+    std::lock_guard lk(m);
+    res.out[t.rank()] = g;
+    res.digest[t.rank()] = gs::testing::fnv1a64(g.data(), g.size() * sizeof(float));
+    res.wire[t.rank()] = ar.last_stats().bytes_wire;
+  });
+  return res;
+}
+
+}  // namespace
+
+TEST_CASE("int8: values on its grid code and decode exactly; off it the residual is the loss") {
+  // 3 ranks: L = 42 levels; scale 42/16 per block, so the step is 1/16 (exact).
+  constexpr int levels = 42;
+  constexpr std::size_t count = 1000, block = 256;
+  std::vector<float> x(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const int c = static_cast<int>((i * 13) % (2 * levels + 1)) - levels;
+    x[i] = static_cast<float>(c) / 16.0f;
+  }
+  for (std::size_t b = 0; b < count; b += block) x[b] = levels / 16.0f;  // each block's max
+  std::vector<float> scales((count + block - 1) / block);
+  gs::kernels::block_absmax(scales.data(), x.data(), count, block);
+  for (float s : scales) CHECK(s == levels / 16.0f);
+  std::vector<std::int8_t> codes(count);
+  std::vector<float> res(count, -1.0f), back(count);
+  gs::kernels::quantize_blocks(codes.data(), res.data(), x.data(), scales.data(), count, block,
+                               levels);
+  gs::kernels::dequantize_blocks(back.data(), codes.data(), scales.data(), count, block, levels, 1);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    bad += codes[i] != static_cast<std::int8_t>(std::lround(x[i] * 16.0f));
+    bad += back[i] != x[i] || res[i] != 0.0f;
+  }
+  CHECK(bad == 0);
+  // Off the grid: ties go to even, the residual is exactly x minus the decoded value.
+  const float s = 42.0f;  // step 1
+  const float y[4] = {0.5f, 1.5f, -2.5f, 42.0f};
+  std::int8_t q[4];
+  float r[4];
+  gs::kernels::quantize_blocks(q, r, y, &s, 4, 8, levels);
+  CHECK(q[0] == 0);
+  CHECK(q[1] == 2);
+  CHECK(q[2] == -2);
+  CHECK(q[3] == 42);
+  CHECK(r[0] == 0.5f);
+  CHECK(r[1] == -0.5f);
+  CHECK(r[2] == -0.5f);
+  CHECK(r[3] == 0.0f);
+  // A NaN poisons its block's scale to Inf (never a silently finite block).
+  std::vector<float> z(16, 1.0f);
+  z[3] = std::nanf("");
+  float sc[2];
+  gs::kernels::block_absmax(sc, z.data(), 16, 8);
+  CHECK(std::isinf(sc[0]));
+  CHECK(sc[1] == 1.0f);
+}
+
+TEST_CASE("topk: the k largest magnitudes, ties to the lower index, as a full sort picks") {
+  const std::vector<float> x = {0.5f, -3.0f, 2.0f, 3.0f, -2.0f, 0.0f, 3.0f, 1.0f};
+  std::vector<std::uint32_t> idx(4);
+  gs::kernels::topk_indices(idx.data(), x.data(), x.size(), 4);
+  // |3| at 1, 3, 6; then |2| at 2 and 4: the lower index (2) wins the tie.
+  CHECK(idx == std::vector<std::uint32_t>{1, 2, 3, 6});
+  for (std::size_t count : {2u, 10u, 1000u, 100000u, 300001u}) {
+    for (std::size_t levels : {3u, 1000u, 0u}) {  // many ties, some, none
+      std::vector<float> v(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        const float u = noise(count + levels, i);
+        v[i] = levels ? std::round(u * static_cast<float>(levels)) : u;
+      }
+      for (std::size_t k : {std::size_t{1}, count / 100 + 1, count / 3 + 1}) {
+        CAPTURE(count);
+        CAPTURE(levels);
+        CAPTURE(k);
+        std::vector<std::uint32_t> got(k);
+        gs::kernels::topk_indices(got.data(), v.data(), count, k);
+        CHECK(got == topk_by_sort(v, k));
+      }
+    }
+  }
+}
+
+TEST_CASE("error feedback: the residual is input minus what was sent, carried, reset") {
+  // The codecs alone on one rank: x comes back as what this rank's x decodes to.
+  using ef = gs::compress::error_feedback<gs::compress::int8<64>>;
+  using codec = ef::codec<float, gs::op::sum_t>;
+  solo_channel ch;
+  codec::state st;
+  std::vector<float> x(200), first(200);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = first[i] = noise(7, i);
+  gs::compress::run_codec<ef, float, gs::op::sum_t>(ch, std::span<float>(x), st, nullptr);
+  REQUIRE(st.residual.size() == x.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) bad += st.residual[i] != first[i] - x[i];
+  CHECK(bad == 0);
+  CHECK(std::any_of(st.residual.begin(), st.residual.end(), [](float r) { return r != 0; }));
+  // The next step sends gradient + residual: a zero gradient sends the residual.
+  const std::vector<float> carried = st.residual;
+  std::fill(x.begin(), x.end(), 0.0f);
+  gs::compress::run_codec<ef, float, gs::op::sum_t>(ch, std::span<float>(x), st, nullptr);
+  for (std::size_t i = 0; i < x.size(); ++i) bad += st.residual[i] != carried[i] - x[i];
+  CHECK(bad == 0);
+
+  // Through the allreducer, 2 ranks, top-k 1 % of 2000 (k = 20): step 0 sends indices
+  // 0..19 (the largest), step 1 (zero gradient) sends what step 0 left: 20..39.
+  auto in = [](std::size_t, std::size_t s, std::size_t i) {
+    return s == 0 && i < 40 ? static_cast<float>(100 - i) : 0.0f;
+  };
+  using C = gs::compress::error_feedback<gs::compress::topk<10>>;
+  for (std::size_t steps : {1u, 2u, 3u}) {
+    CAPTURE(steps);
+    const auto r = run_steps<C>(2, 2000, steps, in);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < 2000; ++i) {
+      const bool sent = (steps == 1 && i < 20) || (steps == 2 && i >= 20 && i < 40);
+      wrong += r.out[0][i] != (sent ? 2.0f * static_cast<float>(100 - i) : 0.0f);
+    }
+    CHECK(wrong == 0);
+    CHECK(r.digest[1] == r.digest[0]);
+    // The allgather: one block of 20 values and 20 indices to the other rank.
+    CHECK(r.wire[0] == 20 * 8);
+  }
+  // Without error feedback the second step sends nothing; a new plan (a new allreducer)
+  // starts with a zero residual, which the 3-step run above showed as well.
+  const auto plain = run_steps<gs::compress::topk<10>>(2, 2000, 2, in);
+  CHECK(std::all_of(plain.out[0].begin(), plain.out[0].end(), [](float v) { return v == 0; }));
+}
+
+TEST_CASE("int8 and topk through the allreducer: bitwise equal on every rank, bounded error") {
+  gs::testbed::watchdog wd(120, "int8/topk allreducer");
+  auto in = [](std::size_t r, std::size_t s, std::size_t i) { return noise(r * 31 + s, i); };
+  for (std::size_t n : {2u, 3u, 4u}) {
+    CAPTURE(n);
+    constexpr std::size_t count = 50000;
+    const auto q = run_steps<gs::compress::int8<256>>(n, count, 2, in);
+    const auto e =
+        run_steps<gs::compress::error_feedback<gs::compress::int8<256>>>(n, count, 2, in);
+    const auto t = run_steps<gs::compress::topk<10>>(n, count, 1, in, gs::op::avg);
+    const auto plain = run_steps<gs::compress::none>(n, count, 1, in);
+    for (std::size_t r = 1; r < n; ++r) {
+      CHECK(q.digest[r] == q.digest[0]);
+      CHECK(e.digest[r] == e.digest[0]);
+      CHECK(t.digest[r] == t.digest[0]);
+    }
+    // int8: each rank's value is off by at most half a step (scale / L / 2; |x| < 1).
+    const float step = 1.0f / static_cast<float>(127 / n);
+    double worst = 0;
+    std::size_t err = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (std::size_t r = 0; r < n; ++r) want += in(r, 1, i);
+      worst = std::max(worst, double(std::fabs(q.out[0][i] - want)));
+    }
+    CHECK(worst <= n * step / 2 * 1.001);
+    // topk: exactly k = 500 entries per rank, each the rank's own value / n, summed.
+    const std::size_t k = (count * 10 + 999) / 1000;
+    std::vector<float> want(count, 0.0f);
+    for (std::size_t r = 0; r < n; ++r) {
+      std::vector<float> v(count);
+      for (std::size_t i = 0; i < count; ++i) v[i] = in(r, 0, i);
+      for (std::uint32_t i : topk_by_sort(v, k)) want[i] += v[i];
+    }
+    for (std::size_t i = 0; i < count; ++i) err += t.out[0][i] != want[i] / static_cast<float>(n);
+    CHECK(err == 0);
+    CHECK(t.wire[0] == (n - 1) * k * 8);
+    // int8 moves about a quarter of the float bytes (codes + a float per 256 values).
+    CAPTURE(q.wire[0]);
+    CAPTURE(plain.wire[0]);
+    CHECK(q.wire[0] * 10 < plain.wire[0] * 3);
+  }
+}
+
+TEST_CASE("int8 refuses more ranks than its codes can sum") {
+  gs::testbed::watchdog wd(120, "int8 128 ranks");
+  struct wide : solo_channel {
+    std::size_t ranks() const { return 128; }
+  };
+  wide ch;
+  gs::compress::no_state st;
+  std::vector<float> x(10, 1.0f);
+  try {
+    gs::compress::run_codec<gs::compress::int8<>, float, gs::op::sum_t>(ch, std::span<float>(x), st,
+                                                                        nullptr);
+    FAIL("no error");
+  } catch (const gs::error& e) {
+    CHECK(e.code() == gs::errc::invalid_argument);
+    CHECK(std::string(e.what()).find("127 ranks") != std::string::npos);
+    CHECK(std::string(e.what()).find("128") != std::string::npos);
+  }
+}
