@@ -48,9 +48,10 @@ struct topk {
                   "op::avg (for min, max or prod use compress::none)");
     using runs_itself = void;
     static constexpr bool residual = true;
+    using state = kernels::topk_scratch<T>;  // the selection's buffers, reused each step
 
     template <class Ch>
-    static void run(Ch& ch, std::span<T> x, no_state&, T* residual) {
+    static void run(Ch& ch, std::span<T> x, state& st, T* residual) {
       const std::size_t n = ch.ranks(), count = x.size(), k = keep(count);
       if (n * k * (sizeof(T) + 4) >= 2 * count * sizeof(T)) {  // not worth it: dense
         if (residual) std::memset(residual, 0, count * sizeof(T));
@@ -67,7 +68,7 @@ struct topk {
       std::byte* mine = buf.data();
       ch.timed("compress", [&] {
         auto* idx = reinterpret_cast<std::uint32_t*>(mine + k * sizeof(T));
-        kernels::topk_indices(idx, x.data(), count, k);
+        kernels::topk_indices(idx, x.data(), count, k, st);
         T* val = reinterpret_cast<T*>(mine);
         for (std::size_t j = 0; j < k; ++j) val[j] = x[idx[j]];
         if (residual) {  // what is not sent waits for the next step

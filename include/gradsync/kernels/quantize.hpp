@@ -7,26 +7,29 @@
 
 #include <cmath>
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
 #include "gradsync/config.hpp"
+#include "gradsync/kernels/magnitude.hpp"
 
 namespace gradsync::kernels {
 
-/// The code of x at `inv` = levels / scale: x * inv rounded to nearest even, clamped to
-/// [-levels, levels]; NaN gives 0 (its block's scale, NaN or Inf, poisons the decoded
-/// block instead). Adding and subtracting 1.5 * 2^mantissa rounds without a libm call, so
-/// the loop vectorises (under -ffast-math it truncates: still the same on every rank).
+/// The code of x at `inv` = levels / scale, for |x| <= scale (finite): x * inv rounded
+/// to nearest even, clamped to [-levels, levels] (against the last ulp). Adding and
+/// subtracting 1.5 * 2^mantissa rounds without a libm call, and the clamp is an integer
+/// min / max, so the loop vectorises (under -ffast-math the rounding truncates: still the
+/// same on every rank).
 template <class F>
-GRADSYNC_HOST_DEVICE inline std::int8_t quant_code(F x, F inv, F levels) {
-  F y = x * inv;
-  y = y < -levels ? -levels : y;
-  y = y > levels ? levels : y;
-  y = y == y ? y : F(0);
+GRADSYNC_HOST_DEVICE inline std::int8_t quant_code(F x, F inv, int levels) {
   const F magic = std::is_same_v<F, float> ? F(12582912.0f) : F(6755399441055744.0);
-  return static_cast<std::int8_t>(static_cast<int>((y + magic) - magic));
+  int q = static_cast<int>((x * inv + magic) - magic);
+  q = q > levels ? levels : q;
+  q = q < -levels ? -levels : q;
+  return static_cast<std::int8_t>(q);
 }
 
 /// The value of a (summed) code at `step` = scale / levels (/ ranks for an average).
@@ -35,23 +38,79 @@ GRADSYNC_HOST_DEVICE inline F dequant(std::int8_t code, F step) {
   return static_cast<F>(code) * step;
 }
 
-/// scales[b] = max |x| over block b (blocks of `block` elements; the last may be short).
+namespace detail {
+// One block's loops, as functions with restrict parameters and a fixed-width inner loop:
+// int8 stores may alias anything, so without both the compiler keeps them scalar (at -O2
+// too, as kernels/host.hpp's loops).
+inline constexpr std::size_t quant_chunk = 16;
+
 template <class T>
-void block_absmax(float* scales, const T* x, std::size_t count, std::size_t block) {
+GRADSYNC_ALWAYS_INLINE void quantize_run(std::int8_t* GRADSYNC_RESTRICT c,
+                                         const T* GRADSYNC_RESTRICT x, std::size_t n, T inv,
+                                         int lv) {
+  constexpr std::size_t w = quant_chunk;
+  const std::size_t body = n - n % w;
+  for (std::size_t i = 0; i < body; i += w) {
+    for (std::size_t k = 0; k < w; ++k) c[i + k] = quant_code(x[i + k], inv, lv);
+  }
+  for (std::size_t i = body; i < n; ++i) c[i] = quant_code(x[i], inv, lv);
+}
+
+template <class T>
+GRADSYNC_ALWAYS_INLINE void residual_run(T* GRADSYNC_RESTRICT r,
+                                         const std::int8_t* GRADSYNC_RESTRICT c,
+                                         const T* GRADSYNC_RESTRICT x, std::size_t n, T step) {
+  constexpr std::size_t w = quant_chunk;
+  const std::size_t body = n - n % w;
+  for (std::size_t i = 0; i < body; i += w) {
+    for (std::size_t k = 0; k < w; ++k) r[i + k] = x[i + k] - dequant(c[i + k], step);
+  }
+  for (std::size_t i = body; i < n; ++i) r[i] = x[i] - dequant(c[i], step);
+}
+
+template <class T>
+GRADSYNC_ALWAYS_INLINE void dequantize_run(T* GRADSYNC_RESTRICT x,
+                                           const std::int8_t* GRADSYNC_RESTRICT s, std::size_t n,
+                                           T step) {
+  constexpr std::size_t w = quant_chunk;
+  const std::size_t body = n - n % w;
+  for (std::size_t i = 0; i < body; i += w) {
+    for (std::size_t k = 0; k < w; ++k) x[i + k] = dequant(s[i + k], step);
+  }
+  for (std::size_t i = body; i < n; ++i) x[i] = dequant(s[i], step);
+}
+}  // namespace detail
+
+/// scales[b] = max |x| over block b (blocks of `block` elements; the last may be short),
+/// rounded up to float so that no |x| exceeds its block's scale. The maximum is taken
+/// over magnitude_key (an integer max: vectorises, and a NaN sorts above Inf): a NaN or
+/// Inf makes the scale Inf, which survives the max across ranks and decodes the block
+/// non-finite on every rank (never silently finite).
+template <class T>
+void block_absmax(float* GRADSYNC_RESTRICT scales, const T* GRADSYNC_RESTRICT x, std::size_t count,
+                  std::size_t block) {
+  using K = magnitude_key_t<T>;
+  constexpr std::size_t w = 64 / sizeof(T);
   for (std::size_t b = 0, i0 = 0; i0 < count; ++b, i0 += block) {
-    const std::size_t end = i0 + block < count ? i0 + block : count;
-    T m = 0;
-    for (std::size_t i = i0; i < end; ++i) {
-      const T a = x[i] < 0 ? -x[i] : x[i];
-      m = a > m || a != a ? a : m;  // a NaN sticks
+    const std::size_t len = i0 + block < count ? block : count - i0;
+    const T* xb = x + i0;
+    K lane[w] = {};
+    const std::size_t body = len - len % w;
+    for (std::size_t i = 0; i < body; i += w) {
+      for (std::size_t k = 0; k < w; ++k) {
+        const K key = magnitude_key(xb[i + k]);
+        lane[k] = key > lane[k] ? key : lane[k];
+      }
     }
-    // Rounded up to float, so no |x| exceeds its block's scale. A NaN or Inf makes the
-    // scale Inf, which survives the max across ranks and decodes the block non-finite on
-    // every rank (never silently finite).
-    float s = static_cast<float>(m);
-    if (!(s <= std::numeric_limits<float>::max())) {
-      s = INFINITY;
-    } else if (static_cast<T>(s) < m) {
+    K m = 0;
+    for (std::size_t i = body; i < len; ++i) m = std::max(m, magnitude_key(xb[i]));
+    for (K v : lane) m = std::max(m, v);
+    T a;
+    std::memcpy(&a, &m, sizeof a);
+    float s = static_cast<float>(a);
+    if (!(a <= std::numeric_limits<T>::max())) {
+      s = INFINITY;  // NaN or Inf
+    } else if (static_cast<T>(s) < a) {
       s = std::nextafter(s, INFINITY);
     }
     scales[b] = s;
@@ -59,31 +118,37 @@ void block_absmax(float* scales, const T* x, std::size_t count, std::size_t bloc
 }
 
 /// codes[i] = quant_code(x[i]) on each block's agreed scale; with `residual`, also
-/// residual[i] = x[i] - codes[i] * scale / levels (what the codes lose).
+/// residual[i] = x[i] - codes[i] * scale / levels (what the codes lose). A block whose
+/// scale is 0 (all zero) or Inf (a NaN or Inf somewhere) gets zero codes: it decodes to 0
+/// or to non-finite values.
 template <class T>
-void quantize_blocks(std::int8_t* codes, T* residual, const T* x, const float* scales,
-                     std::size_t count, std::size_t block, int levels) {
+void quantize_blocks(std::int8_t* GRADSYNC_RESTRICT codes, T* GRADSYNC_RESTRICT residual,
+                     const T* GRADSYNC_RESTRICT x, const float* scales, std::size_t count,
+                     std::size_t block, int levels) {
   const T lv = static_cast<T>(levels);
   for (std::size_t b = 0, i0 = 0; i0 < count; ++b, i0 += block) {
-    const std::size_t end = i0 + block < count ? i0 + block : count;
+    const std::size_t len = i0 + block < count ? block : count - i0;
     const T s = static_cast<T>(scales[b]);
-    const T inv = s > 0 ? lv / s : T(0), step = s / lv;
-    for (std::size_t i = i0; i < end; ++i) codes[i] = quant_code(x[i], inv, lv);
-    if (residual) {
-      for (std::size_t i = i0; i < end; ++i) residual[i] = x[i] - dequant(codes[i], step);
+    const T step = s / lv;
+    if (s > 0 && s <= std::numeric_limits<T>::max()) {
+      detail::quantize_run(codes + i0, x + i0, len, lv / s, levels);
+    } else {
+      std::memset(codes + i0, 0, len);
     }
+    if (residual) detail::residual_run(residual + i0, codes + i0, x + i0, len, step);
   }
 }
 
 /// x[i] = sums[i] * scale / (levels * divide): the decoded sum (divide = ranks for avg).
 template <class T>
-void dequantize_blocks(T* x, const std::int8_t* sums, const float* scales, std::size_t count,
-                       std::size_t block, int levels, std::size_t divide) {
+void dequantize_blocks(T* GRADSYNC_RESTRICT x, const std::int8_t* GRADSYNC_RESTRICT sums,
+                       const float* scales, std::size_t count, std::size_t block, int levels,
+                       std::size_t divide) {
   const T den = static_cast<T>(levels) * static_cast<T>(divide);
   for (std::size_t b = 0, i0 = 0; i0 < count; ++b, i0 += block) {
-    const std::size_t end = i0 + block < count ? i0 + block : count;
+    const std::size_t len = i0 + block < count ? block : count - i0;
     const T step = static_cast<T>(scales[b]) / den;
-    for (std::size_t i = i0; i < end; ++i) x[i] = dequant(sums[i], step);
+    detail::dequantize_run(x + i0, sums + i0, len, step);
   }
 }
 

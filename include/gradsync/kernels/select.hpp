@@ -16,26 +16,23 @@
 #include <vector>
 
 #include "gradsync/config.hpp"
+#include "gradsync/kernels/magnitude.hpp"
 
 namespace gradsync::kernels {
 
-/// The unsigned integer whose order is the order of |x| (its sign bit cleared; a NaN
-/// sorts above Inf, so a NaN is always sent rather than silently dropped).
+/// The buffers of topk_indices, kept by the caller from call to call (compress::topk keeps
+/// one per bucket): fresh megabyte-sized vectors cost more in page faults than the pass.
 template <class T>
-using magnitude_key_t = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
-
-template <class T>
-GRADSYNC_HOST_DEVICE inline magnitude_key_t<T> magnitude_key(T v) {
-  static_assert(std::is_floating_point_v<T>, "magnitude_key: float or double");
-  magnitude_key_t<T> k;
-  std::memcpy(&k, &v, sizeof k);
-  return k & (~magnitude_key_t<T>{0} >> 1);
-}
+struct topk_scratch {
+  std::vector<magnitude_key_t<T>> sample;
+  std::vector<std::pair<magnitude_key_t<T>, std::uint32_t>> cand, order;
+};
 
 /// idx[0..k) := the indices of the k largest |x[i]| (ties: lower index), ascending.
 /// Needs k <= count < 2^32.
 template <class T>
-void topk_indices(std::uint32_t* idx, const T* x, std::size_t count, std::size_t k) {
+void topk_indices(std::uint32_t* idx, const T* x, std::size_t count, std::size_t k,
+                  topk_scratch<T>& ws) {
   using K = magnitude_key_t<T>;
   if (k == 0) return;
   if (k >= count) {
@@ -45,30 +42,58 @@ void topk_indices(std::uint32_t* idx, const T* x, std::size_t count, std::size_t
   // Threshold from a sample of at most 4096 * 16 keys: the key that about 2k of count
   // reach. Each miss halves the sampled rank, down to the smallest key (everything).
   const std::size_t stride = std::max<std::size_t>(1, count / 65536);
-  std::vector<K> sample;
-  sample.reserve(count / stride + 1);
+  auto& sample = ws.sample;
+  sample.clear();
   for (std::size_t i = 0; i < count; i += stride) sample.push_back(magnitude_key(x[i]));
   std::sort(sample.begin(), sample.end(), std::greater<>());
   std::size_t want = std::min(sample.size() - 1, 2 * k * sample.size() / count + 1);
-  std::vector<std::pair<K, std::uint32_t>> cand;
+  auto& cand = ws.cand;
+  cand.reserve(3 * k);
   for (;;) {
     const K threshold = want + 1 >= sample.size() ? K{0} : sample[want];
     cand.clear();
-    for (std::size_t i = 0; i < count; ++i) {
+    // Chunks of 16: a vectorised test whether any key passes, the scalar push only for
+    // the few chunks where one does.
+    constexpr std::size_t w = 16;
+    const std::size_t body = count - count % w;
+    auto push = [&](std::size_t i) {
       const K key = magnitude_key(x[i]);
       if (key >= threshold) cand.emplace_back(key, static_cast<std::uint32_t>(i));
+    };
+    for (std::size_t i = 0; i < body; i += w) {
+      K any = 0;
+      for (std::size_t j = 0; j < w; ++j)
+        any |= static_cast<K>(magnitude_key(x[i + j]) >= threshold);
+      if (any) {
+        for (std::size_t j = 0; j < w; ++j) push(i + j);
+      }
     }
+    for (std::size_t i = body; i < count; ++i) push(i);
     if (cand.size() >= k || threshold == K{0}) break;
     want = std::min(sample.size() - 1, 2 * want + 1);
   }
-  // Larger key first; equal keys: lower index first (a strict total order).
+  // Larger key first; equal keys: lower index first (a strict total order). The k-th
+  // candidate in that order decides; the candidates are in index order already, so one
+  // scan keeps those at or before it, ascending.
   auto first = [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   };
-  std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k - 1), cand.end(),
+  auto& order = ws.order;
+  order.assign(cand.begin(), cand.end());
+  std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k - 1), order.end(),
                    first);
-  for (std::size_t j = 0; j < k; ++j) idx[j] = cand[j].second;
-  std::sort(idx, idx + k);
+  const auto kth = order[k - 1];
+  std::size_t j = 0;
+  for (const auto& c : cand) {
+    if (!first(kth, c)) idx[j++] = c.second;
+  }
+}
+
+/// The same with buffers of its own.
+template <class T>
+void topk_indices(std::uint32_t* idx, const T* x, std::size_t count, std::size_t k) {
+  topk_scratch<T> ws;
+  topk_indices(idx, x, count, k, ws);
 }
 
 }  // namespace gradsync::kernels
