@@ -199,6 +199,19 @@ TEST_CASE("error feedback: the residual is input minus what was sent, carried, r
   for (std::size_t i = 0; i < x.size(); ++i) bad += st.residual[i] != carried[i] - x[i];
   CHECK(bad == 0);
 
+  // A cast through the generic path (encode / decode codecs): the residual is what half
+  // rounding lost.
+  using ef16 = gs::compress::error_feedback<gs::compress::fp16>;
+  ef16::codec<float, gs::op::sum_t>::state st16;
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = first[i] = 1.0f + noise(9, i);
+  gs::compress::run_codec<ef16, float, gs::op::sum_t>(ch, std::span<float>(x), st16, nullptr);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    bad += x[i] != static_cast<float>(gs::half(first[i]));
+    bad += st16.residual[i] != first[i] - x[i];
+  }
+  CHECK(bad == 0);
+  CHECK(ef16::name == "ef_fp16");
+
   // Through the allreducer, 2 ranks, top-k 1 % of 2000 (k = 20): step 0 sends indices
   // 0..19 (the largest), step 1 (zero gradient) sends what step 0 left: 20..39.
   auto in = [](std::size_t, std::size_t s, std::size_t i) {
@@ -256,9 +269,10 @@ TEST_CASE("int8 and topk through the allreducer: bitwise equal on every rank, bo
     for (std::size_t r = 0; r < n; ++r) {
       std::vector<float> v(count);
       for (std::size_t i = 0; i < count; ++i) v[i] = in(r, 0, i);
-      for (std::uint32_t i : topk_by_sort(v, k)) want[i] += v[i];
+      // op::avg: each value sent is multiplied by 1/n, then added in rank order.
+      for (std::uint32_t i : topk_by_sort(v, k)) want[i] += v[i] * (1.0f / static_cast<float>(n));
     }
-    for (std::size_t i = 0; i < count; ++i) err += t.out[0][i] != want[i] / static_cast<float>(n);
+    for (std::size_t i = 0; i < count; ++i) err += t.out[0][i] != want[i];
     CHECK(err == 0);
     CHECK(t.wire[0] == (n - 1) * k * 8);
     // int8 moves about a quarter of the float bytes (codes + a float per 256 values).

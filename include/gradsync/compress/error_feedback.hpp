@@ -2,7 +2,8 @@
 // compress::error_feedback<C>: what a lossy C drops in one step is added to the next
 // step's gradient, so nothing is lost for good, only late (the residual of 1-bit SGD,
 // Deep Gradient Compression, PowerSGD). Per bucket it keeps the residual r (zero on a new
-// plan): before encoding x += r, and C writes r := x - what this rank's x decodes to.
+// plan): before encoding x += r, and C writes r := x - what this rank's x decodes to
+// (a codec with run_carried(ch, x, state, r) does both itself, in fewer passes).
 // The residual lives with the allreducer's committed plan (one per bucket); grouped calls
 // (allreduce of a tensor list) have no plan to keep it with and start from zero each time.
 #pragma once
@@ -58,10 +59,14 @@ struct error_feedback {
     static void run(Ch& ch, std::span<T> x, state& st, T* outer_residual) {
       if (st.residual.size() != x.size()) st.residual.assign(x.size(), T(0));
       T* r = st.residual.data();
-      ch.timed("compress", [&] {
-        for (std::size_t i = 0; i < x.size(); ++i) x[i] += r[i];
-      });
-      run_codec<C, T, Op>(ch, x, st.inner, r);
+      if constexpr (requires { inner_codec::run_carried(ch, x, st.inner, r); }) {
+        inner_codec::run_carried(ch, x, st.inner, r);  // adds r in its own first pass
+      } else {
+        ch.timed("compress", [&] {
+          for (std::size_t i = 0; i < x.size(); ++i) x[i] += r[i];
+        });
+        run_codec<C, T, Op>(ch, x, st.inner, r);
+      }
       if (outer_residual) std::copy(r, r + x.size(), outer_residual);
     }
   };

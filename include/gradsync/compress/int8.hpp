@@ -47,6 +47,18 @@ struct int8 {
 
     template <class Ch>
     static void run(Ch& ch, std::span<T> x, no_state&, T* residual) {
+      body(ch, x, residual, false);
+    }
+    /// error_feedback's entry: `carried` is added into x by the pass that finds the
+    /// scales, then replaced by the new residual.
+    template <class Ch>
+    static void run_carried(Ch& ch, std::span<T> x, no_state&, T* carried) {
+      body(ch, x, carried, true);
+    }
+
+   private:
+    template <class Ch>
+    static void body(Ch& ch, std::span<T> x, T* residual, bool carried) {
       const std::size_t n = ch.ranks(), count = x.size();
       if (n > 127) {
         throw error(errc::invalid_argument, {ch.rank()},
@@ -60,7 +72,13 @@ struct int8 {
       const std::span<float> scales(reinterpret_cast<float*>(buf.data()), blocks);
       const std::span<std::int8_t> codes(
           reinterpret_cast<std::int8_t*>(buf.data() + blocks * sizeof(float)), count);
-      ch.timed("compress", [&] { kernels::block_absmax(scales.data(), x.data(), count, Block); });
+      ch.timed("compress", [&] {
+        if (carried) {
+          kernels::add_block_absmax(scales.data(), x.data(), residual, count, Block);
+        } else {
+          kernels::block_absmax(scales.data(), x.data(), count, Block);
+        }
+      });
       ch.allreduce(scales, op::max);
       ch.timed("compress", [&] {
         kernels::quantize_blocks(codes.data(), residual, x.data(), scales.data(), count, Block,

@@ -6,8 +6,9 @@
 // bucket in rank order (the same bits on every rank), dividing by the rank count for
 // op::avg. Wire bytes per rank: (ranks - 1) * k * (sizeof(T) + 4); where that is not less
 // than a ring allreduce of the bucket (small buckets, many ranks), the bucket goes
-// uncompressed. What it costs: the other values of the step are dropped, so train with
-// error_feedback<topk<...>>, which carries them into the next step.
+// uncompressed. op::avg multiplies the values sent by 1 / ranks. What it costs: the other values of
+// the step are dropped, so train with error_feedback<topk<...>>, which carries them into the next
+// step.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +21,7 @@
 #include <type_traits>
 
 #include "gradsync/compress/concept.hpp"
+#include "gradsync/config.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/kernels/select.hpp"
@@ -52,8 +54,24 @@ struct topk {
 
     template <class Ch>
     static void run(Ch& ch, std::span<T> x, state& st, T* residual) {
+      body(ch, x, st, residual, false);
+    }
+    /// error_feedback's entry: `carried` holds the last step's residual. The selection's
+    /// pass adds x into it (carried := x + carried, read and written once), picks from
+    /// it, and clears what was sent: what is left is the next residual, with no copy.
+    template <class Ch>
+    static void run_carried(Ch& ch, std::span<T> x, state& st, T* carried) {
+      body(ch, x, st, carried, true);
+    }
+
+   private:
+    template <class Ch>
+    static void body(Ch& ch, std::span<T> x, state& st, T* residual, bool carried) {
       const std::size_t n = ch.ranks(), count = x.size(), k = keep(count);
       if (n * k * (sizeof(T) + 4) >= 2 * count * sizeof(T)) {  // not worth it: dense
+        if (carried) {
+          for (std::size_t i = 0; i < count; ++i) x[i] += residual[i];
+        }
         if (residual) std::memset(residual, 0, count * sizeof(T));
         ch.allreduce(x, Op{});
         return;
@@ -68,11 +86,15 @@ struct topk {
       std::byte* mine = buf.data();
       ch.timed("compress", [&] {
         auto* idx = reinterpret_cast<std::uint32_t*>(mine + k * sizeof(T));
-        kernels::topk_indices(idx, x.data(), count, k, st);
+        // The values picked from: x, or the carried residual with x added in.
+        T* src = carried ? residual : x.data();
+        kernels::topk_indices(idx, src, count, k, st, carried ? x.data() : nullptr);
+        // op::avg divides the values sent (as the casts do), so decoding only adds.
+        const T scale = Op::id == reduce_op::avg ? T(1) / static_cast<T>(n) : T(1);
         T* val = reinterpret_cast<T*>(mine);
-        for (std::size_t j = 0; j < k; ++j) val[j] = x[idx[j]];
+        for (std::size_t j = 0; j < k; ++j) val[j] = src[idx[j]] * scale;
         if (residual) {  // what is not sent waits for the next step
-          std::memcpy(residual, x.data(), count * sizeof(T));
+          if (!carried) std::memcpy(residual, x.data(), count * sizeof(T));
           for (std::size_t j = 0; j < k; ++j) residual[idx[j]] = T(0);
         }
       });
@@ -84,10 +106,6 @@ struct topk {
           const T* val = reinterpret_cast<const T*>(b);
           const auto* idx = reinterpret_cast<const std::uint32_t*>(b + k * sizeof(T));
           for (std::size_t j = 0; j < k; ++j) x[idx[j]] += val[j];
-        }
-        if constexpr (Op::id == reduce_op::avg) {
-          const T ranks = static_cast<T>(n);
-          for (std::size_t i = 0; i < count; ++i) x[i] /= ranks;
         }
       });
     }

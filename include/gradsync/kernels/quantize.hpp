@@ -81,29 +81,30 @@ GRADSYNC_ALWAYS_INLINE void dequantize_run(T* GRADSYNC_RESTRICT x,
 }
 }  // namespace detail
 
-/// scales[b] = max |x| over block b (blocks of `block` elements; the last may be short),
-/// rounded up to float so that no |x| exceeds its block's scale. The maximum is taken
-/// over magnitude_key (an integer max: vectorises, and a NaN sorts above Inf): a NaN or
-/// Inf makes the scale Inf, which survives the max across ranks and decodes the block
-/// non-finite on every rank (never silently finite).
-template <class T>
-void block_absmax(float* GRADSYNC_RESTRICT scales, const T* GRADSYNC_RESTRICT x, std::size_t count,
-                  std::size_t block) {
+namespace detail {
+template <bool Add, class T>
+void absmax(float* GRADSYNC_RESTRICT scales, T* GRADSYNC_RESTRICT x, const T* GRADSYNC_RESTRICT add,
+            std::size_t count, std::size_t block) {
   using K = magnitude_key_t<T>;
   constexpr std::size_t w = 64 / sizeof(T);
   for (std::size_t b = 0, i0 = 0; i0 < count; ++b, i0 += block) {
     const std::size_t len = i0 + block < count ? block : count - i0;
-    const T* xb = x + i0;
+    T* xb = x + i0;
+    const T* ab = Add ? add + i0 : nullptr;
     K lane[w] = {};
     const std::size_t body = len - len % w;
     for (std::size_t i = 0; i < body; i += w) {
       for (std::size_t k = 0; k < w; ++k) {
+        if constexpr (Add) xb[i + k] += ab[i + k];
         const K key = magnitude_key(xb[i + k]);
         lane[k] = key > lane[k] ? key : lane[k];
       }
     }
     K m = 0;
-    for (std::size_t i = body; i < len; ++i) m = std::max(m, magnitude_key(xb[i]));
+    for (std::size_t i = body; i < len; ++i) {
+      if constexpr (Add) xb[i] += ab[i];
+      m = std::max(m, magnitude_key(xb[i]));
+    }
     for (K v : lane) m = std::max(m, v);
     T a;
     std::memcpy(&a, &m, sizeof a);
@@ -115,6 +116,25 @@ void block_absmax(float* GRADSYNC_RESTRICT scales, const T* GRADSYNC_RESTRICT x,
     }
     scales[b] = s;
   }
+}
+}  // namespace detail
+
+/// scales[b] = max |x| over block b (blocks of `block` elements; the last may be short),
+/// rounded up to float so that no |x| exceeds its block's scale. The maximum is taken
+/// over magnitude_key (an integer max: vectorises, and a NaN sorts above Inf): a NaN or
+/// Inf makes the scale Inf, which survives the max across ranks and decodes the block
+/// non-finite on every rank (never silently finite).
+template <class T>
+void block_absmax(float* GRADSYNC_RESTRICT scales, const T* GRADSYNC_RESTRICT x, std::size_t count,
+                  std::size_t block) {
+  detail::absmax<false>(scales, const_cast<T*>(x), static_cast<const T*>(nullptr), count, block);
+}
+
+/// x[i] += add[i], and the scales of the sums, in one pass (error feedback's residual).
+template <class T>
+void add_block_absmax(float* GRADSYNC_RESTRICT scales, T* GRADSYNC_RESTRICT x,
+                      const T* GRADSYNC_RESTRICT add, std::size_t count, std::size_t block) {
+  detail::absmax<true>(scales, x, add, count, block);
 }
 
 /// codes[i] = quant_code(x[i]) on each block's agreed scale; with `residual`, also

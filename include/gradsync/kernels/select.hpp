@@ -28,47 +28,75 @@ struct topk_scratch {
   std::vector<std::pair<magnitude_key_t<T>, std::uint32_t>> cand, order;
 };
 
-/// idx[0..k) := the indices of the k largest |x[i]| (ties: lower index), ascending.
+namespace detail {
+// One candidate pass: (key, i) of every src[i] whose key reaches `threshold`, in index
+// order. Chunks of 16: a vectorised test whether any key passes, the scalar push only
+// for the few chunks where one does. With `add` (first pass with a carried residual):
+// src[i] += add[i] as it goes, so the sum is read and written once.
+template <class T>
+void collect(std::vector<std::pair<magnitude_key_t<T>, std::uint32_t>>& cand,
+             T* GRADSYNC_RESTRICT src, const T* GRADSYNC_RESTRICT add, std::size_t count,
+             magnitude_key_t<T> threshold) {
+  using K = magnitude_key_t<T>;
+  cand.clear();
+  constexpr std::size_t w = 16;
+  const std::size_t body = count - count % w;
+  auto push = [&](std::size_t i) {
+    const K key = magnitude_key(src[i]);
+    if (key >= threshold) cand.emplace_back(key, static_cast<std::uint32_t>(i));
+  };
+  for (std::size_t i = 0; i < body; i += w) {
+    K any = 0;
+    if (add) {
+      for (std::size_t j = 0; j < w; ++j) {
+        src[i + j] += add[i + j];
+        any |= static_cast<K>(magnitude_key(src[i + j]) >= threshold);
+      }
+    } else {
+      for (std::size_t j = 0; j < w; ++j)
+        any |= static_cast<K>(magnitude_key(src[i + j]) >= threshold);
+    }
+    if (any) {
+      for (std::size_t j = 0; j < w; ++j) push(i + j);
+    }
+  }
+  for (std::size_t i = body; i < count; ++i) {
+    if (add) src[i] += add[i];
+    push(i);
+  }
+}
+}  // namespace detail
+
+/// idx[0..k) := the indices of the k largest |v[i]| (ties: lower index), ascending, where
+/// v = x, or with `add`: v = x + add, left in x (the pass that reads x adds `add` in, so
+/// error feedback's residual and the gradient are read once).
 /// Needs k <= count < 2^32.
 template <class T>
-void topk_indices(std::uint32_t* idx, const T* x, std::size_t count, std::size_t k,
-                  topk_scratch<T>& ws) {
+void topk_indices(std::uint32_t* idx, T* x, std::size_t count, std::size_t k, topk_scratch<T>& ws,
+                  const T* add) {
   using K = magnitude_key_t<T>;
-  if (k == 0) return;
-  if (k >= count) {
-    for (std::size_t i = 0; i < count; ++i) idx[i] = static_cast<std::uint32_t>(i);
+  if (k >= count || k == 0) {
+    if (add) {
+      for (std::size_t i = 0; i < count; ++i) x[i] += add[i];
+    }
+    for (std::size_t i = 0; i < k; ++i) idx[i] = static_cast<std::uint32_t>(i);
     return;
   }
-  // Threshold from a sample of at most 4096 * 16 keys: the key that about 2k of count
-  // reach. Each miss halves the sampled rank, down to the smallest key (everything).
+  // Threshold from a sample of at most 2 * 65536 keys: the key that about 2k of count
+  // reach. Each miss doubles the sampled rank, down to the smallest key (everything).
   const std::size_t stride = std::max<std::size_t>(1, count / 65536);
   auto& sample = ws.sample;
   sample.clear();
-  for (std::size_t i = 0; i < count; i += stride) sample.push_back(magnitude_key(x[i]));
+  for (std::size_t i = 0; i < count; i += stride) {
+    sample.push_back(magnitude_key(add ? T(x[i] + add[i]) : x[i]));
+  }
   std::sort(sample.begin(), sample.end(), std::greater<>());
   std::size_t want = std::min(sample.size() - 1, 2 * k * sample.size() / count + 1);
   auto& cand = ws.cand;
   cand.reserve(3 * k);
-  for (;;) {
+  for (bool first_pass = true;; first_pass = false) {
     const K threshold = want + 1 >= sample.size() ? K{0} : sample[want];
-    cand.clear();
-    // Chunks of 16: a vectorised test whether any key passes, the scalar push only for
-    // the few chunks where one does.
-    constexpr std::size_t w = 16;
-    const std::size_t body = count - count % w;
-    auto push = [&](std::size_t i) {
-      const K key = magnitude_key(x[i]);
-      if (key >= threshold) cand.emplace_back(key, static_cast<std::uint32_t>(i));
-    };
-    for (std::size_t i = 0; i < body; i += w) {
-      K any = 0;
-      for (std::size_t j = 0; j < w; ++j)
-        any |= static_cast<K>(magnitude_key(x[i + j]) >= threshold);
-      if (any) {
-        for (std::size_t j = 0; j < w; ++j) push(i + j);
-      }
-    }
-    for (std::size_t i = body; i < count; ++i) push(i);
+    detail::collect(cand, x, first_pass ? add : nullptr, count, threshold);
     if (cand.size() >= k || threshold == K{0}) break;
     want = std::min(sample.size() - 1, 2 * want + 1);
   }
@@ -93,7 +121,8 @@ void topk_indices(std::uint32_t* idx, const T* x, std::size_t count, std::size_t
 template <class T>
 void topk_indices(std::uint32_t* idx, const T* x, std::size_t count, std::size_t k) {
   topk_scratch<T> ws;
-  topk_indices(idx, x, count, k, ws);
+  // Without `add` nothing is written through x.
+  topk_indices(idx, const_cast<T*>(x), count, k, ws, static_cast<const T*>(nullptr));
 }
 
 }  // namespace gradsync::kernels
