@@ -8,6 +8,8 @@
 //                      launched on gradsync's progress thread as soon as backward marks
 //                      its last tensor ready -- communication overlaps the rest of the
 //                      backward pass.
+//   --compress C    -> the same with compression policy C (compress::fp16, int8<>,
+//                      error_feedback<topk<10>>, ...; see dispatch.hpp).
 // The training loop sees only the small virtual interface `gradient_sync`, so it is
 // compiled once per transport, not once per (algorithm, fusion) pair.
 #pragma once
@@ -29,6 +31,9 @@ class gradient_sync {
   virtual void layer_ready(std::size_t l) = 0;
   /// Returns once every gradient holds the average over all ranks.
   virtual void finish() = 0;
+  /// Bytes this rank put on the wire in the last step, as gradsync counted them; < 0 when
+  /// not counted (the free function keeps no statistics).
+  virtual double wire_bytes() const { return -1; }
 };
 
 /// fusion none: one blocking allreduce per tensor, after the whole backward pass.
@@ -51,7 +56,8 @@ class per_tensor_sync final : public gradient_sync {
 /// fusion bucket: the allreducer façade with a static bucket plan and overlap.
 template <class Transport,  ///< a gradsync::transport_policy, or a two_level
           class Algorithm,  ///< an algorithm for Transport (hierarchical on a two_level)
-          class Fusion>     ///< gradsync::fusion::bucket<Bytes>
+          class Fusion,     ///< gradsync::fusion::bucket<Bytes>
+          class Compression = gradsync::compress::none>  ///< what goes on the wire
 class bucket_sync final : public gradient_sync {
  public:
   /// `tensors` are W1, b1, W2, b2, ...: layer l owns tensors 2l and 2l+1.
@@ -66,9 +72,10 @@ class bucket_sync final : public gradient_sync {
     sync_.ready(2 * l + 1);
   }
   void finish() override { sync_.wait(); }
+  double wire_bytes() const override { return static_cast<double>(sync_.last_stats().bytes_wire); }
 
  private:
-  gradsync::allreducer<Transport, Algorithm, Fusion> sync_;
+  gradsync::allreducer<Transport, Algorithm, Fusion, Compression> sync_;
 };
 
 }  // namespace mini_trainer

@@ -59,6 +59,15 @@ inline std::string hex64(std::uint64_t h) {
 }
 
 /// Builds the gradient synchronizer chosen by --algo/--fusion over the gradient tensors.
+/// "  wire 0.94 MB/step" (this rank's bytes on the wire in the last step), or nothing when
+/// the synchronizer does not count them.
+inline std::string wire_text(double bytes) {
+  if (bytes < 0) return {};
+  char b[48];
+  std::snprintf(b, sizeof b, "  wire %.3f MB/step", bytes / 1e6);
+  return b;
+}
+
 template <class Tr>
 using sync_factory = std::unique_ptr<gradient_sync> (*)(Tr&, std::vector<std::span<float>>);
 
@@ -167,10 +176,11 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
     }
   } else {
     say("mini_trainer: model %s (%zu parameters), %zu ranks, transport %s, algo %s, fusion %s, "
-        "global batch %zu (%zu per rank), lr %g, momentum %g, %zu train / %zu test samples%s\n",
+        "compress %s, global batch %zu (%zu per rank), lr %g, momentum %g, %zu train / %zu test "
+        "samples%s\n",
         ctx.shape.str().c_str(), w.size(), n, std::string(Tr::name).c_str(), cfg.algo.c_str(),
-        cfg.fusion.c_str(), B, max_shard, double(cfg.lr), double(cfg.momentum), ctx.train.n,
-        ctx.test.n, cfg.exact_grads ? ", exact grads" : "");
+        cfg.fusion.c_str(), compress_key(cfg).c_str(), B, max_shard, double(cfg.lr),
+        double(cfg.momentum), ctx.train.n, ctx.test.n, cfg.exact_grads ? ", exact grads" : "");
   }
 
   // Every rank must start from the same weights (with MPI across hosts, a rank that
@@ -236,10 +246,10 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
         const double wall = std::chrono::duration<double>(clk::now() - win_t0).count();
         say("  epoch %zu step %5zu/%zu  loss %.4f  train_acc %.4f  %8.0f samples/s  sync %.1f "
             "ms/step "
-            "(%.0f%% of step)\n",
+            "(%.0f%% of step)%s\n",
             epoch + 1, s + 1, steps_per_epoch, run_loss / run_seen, run_correct / run_seen,
             double(win_steps * B) / wall, 1e3 * win_sync / double(win_steps),
-            100.0 * win_sync / win_step);
+            100.0 * win_sync / win_step, wire_text(sync->wire_bytes()).c_str());
         win_t0 = clk::now(), win_step = win_sync = 0, win_steps = 0;
       }
       if (ckpt) {
@@ -265,10 +275,10 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
     st.last_test_acc = acc;
     st.last_loss = run_loss / run_seen;
     say("epoch %zu/%zu  loss %.4f  train_acc %.4f  test_acc %.4f  %.0f samples/s  sync %.1f%% of "
-        "step time (%.2f s of %.2f s)  replicas identical\n",
+        "step time (%.2f s of %.2f s)  replicas identical%s\n",
         epoch + 1, cfg.epochs, st.last_loss, run_correct / run_seen, acc,
-        double(steps_run * B) / train_s, step_s > 0 ? 100.0 * sync_s / step_s : 0.0, sync_s,
-        step_s);
+        double(steps_run * B) / train_s, step_s > 0 ? 100.0 * sync_s / step_s : 0.0, sync_s, step_s,
+        wire_text(sync->wire_bytes()).c_str());
     // The next epoch starts from the RNG state after this epoch's shuffle.
     st.epoch = epoch + 1;
     st.step_in_epoch = 0;

@@ -82,20 +82,25 @@ void topk_indices(std::uint32_t* idx, T* x, std::size_t count, std::size_t k, to
     for (std::size_t i = 0; i < k; ++i) idx[i] = static_cast<std::uint32_t>(i);
     return;
   }
-  // Threshold from a sample of at most 2 * 65536 keys: the key that about 2k of count
-  // reach. Each miss doubles the sampled rank, down to the smallest key (everything).
-  const std::size_t stride = std::max<std::size_t>(1, count / 65536);
+  // Threshold from a strided sample of about 8192 keys: the key that about 2k of count
+  // reach (rank 2k/count of the sample: off by a third at 3 sigma for k = 1 %). Each miss
+  // doubles the sampled rank, down to the smallest key (everything).
+  const std::size_t stride = std::max<std::size_t>(1, count / 8192);
   auto& sample = ws.sample;
   sample.clear();
   for (std::size_t i = 0; i < count; i += stride) {
     sample.push_back(magnitude_key(add ? T(x[i] + add[i]) : x[i]));
   }
-  std::sort(sample.begin(), sample.end(), std::greater<>());
   std::size_t want = std::min(sample.size() - 1, 2 * k * sample.size() / count + 1);
   auto& cand = ws.cand;
   cand.reserve(3 * k);
   for (bool first_pass = true;; first_pass = false) {
-    const K threshold = want + 1 >= sample.size() ? K{0} : sample[want];
+    K threshold = 0;
+    if (want + 1 < sample.size()) {
+      std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(want),
+                       sample.end(), std::greater<>());
+      threshold = sample[want];
+    }
     detail::collect(cand, x, first_pass ? add : nullptr, count, threshold);
     if (cand.size() >= k || threshold == K{0}) break;
     want = std::min(sample.size() - 1, 2 * want + 1);
