@@ -70,7 +70,7 @@ struct allreducer_options {
 template <class Transport,  ///< who moves the bytes (transport_policy, or a two_level)
           class Algorithm,  ///< how ranks combine (algorithm_for<., Transport>; hierarchical)
           class Fusion = fusion::none,         ///< how tensors become messages (fusion_policy)
-          class Compression = compress::none>  ///< what goes on the wire (none, fp16, bf16)
+          class Compression = compress::none>  ///< what goes on the wire (compress/)
 class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Compression> {
   static constexpr bool two_level = transport::is_two_level_v<Transport>;
   static_assert(transport_policy<Transport> || two_level,
@@ -88,11 +88,12 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
                 "fusion::none, fusion::bucket<Bytes> or fusion::zero_copy<Bytes>");
   static_assert(compress::compression_policy<Compression>,
                 "gradsync::allreducer: the fourth parameter must be a compression policy; use "
-                "compress::none, compress::fp16 or compress::bf16");
+                "compress::none, fp16, bf16, int8<> or topk<> (error_feedback<C> around a lossy "
+                "one)");
   static_assert(std::is_same_v<Compression, compress::none> ||
                     Transport::memory == memory_space::host,
-                "gradsync::allreducer: compression converts buckets on the host; with a "
-                "device-memory transport use compress::none");
+                "gradsync::allreducer: compression codes buckets on the host (casts, int8, "
+                "topk); with a device-memory transport use compress::none");
 
   using base = detail::batch_runner<Transport, Algorithm, Fusion, Compression>;
   using batch = typename base::batch;

@@ -18,6 +18,7 @@
 #include <gradsync/transport/shm/from_mpi.hpp>
 
 #include "fusion_helpers.hpp"
+#include "lossy_inputs.hpp"
 #include "mpi_harness.hpp"
 
 namespace gs = gradsync;
@@ -60,15 +61,18 @@ void model_steps(Tr& t, const char* what) {
                std::string(what) + ": grouped results differ");
 }
 
-// Compressed steps (compress::fp16 / bf16): small integers, exact in 16 bits, summed
-// exactly; results bitwise equal on every rank; the wire carries half the bytes.
-template <class Tr, class A, class Fusion, class C>
-void compressed_steps(Tr& t, const char* what) {
+// Small integers, exact in 16 bits (and summed exactly over a few ranks).
+inline float cast_exact_value(std::size_t r, std::size_t i) {
+  return static_cast<float>((i * 5 + r * 11) % 23 + 1);
+}
+
+// Compressed steps: inputs on which C is exact (cast_exact_value for fp16 / bf16,
+// lossy_inputs.hpp for int8 and topk) summed exactly; results bitwise equal on every
+// rank; the codec's passes in the statistics.
+template <class Tr, class A, class Fusion, class C, class V>
+void compressed_steps(Tr& t, const char* what, V value) {
   const std::vector<std::size_t> sizes = {5000, 1, 0, 40000, 333};
   const std::size_t n = t.size();
-  auto value = [](std::size_t r, std::size_t i) {
-    return static_cast<float>((i * 5 + r * 11) % 23 + 1);
-  };
   gs::allreducer<Tr, A, Fusion, C> ar(t);
   std::vector<std::vector<float>> own;
   const std::vector<std::span<float>> ts = register_model<float>(ar, sizes, own, gs::op::sum);
@@ -102,17 +106,41 @@ GS_MPI_TEST("fusion compression: fp16 and bf16 over mpi and shm, exact and equal
   {
     gs::transport::mpi t{MPI_COMM_WORLD};
     compressed_steps<gs::transport::mpi, gs::algo::ring, gs::fusion::bucket<16 << 10>,
-                     gs::compress::fp16>(t, "mpi ring bucket fp16");
+                     gs::compress::fp16>(t, "mpi ring bucket fp16", cast_exact_value);
     compressed_steps<gs::transport::mpi, gs::algo::native, gs::fusion::zero_copy<32 << 10>,
-                     gs::compress::bf16>(t, "mpi native zero-copy bf16");
+                     gs::compress::bf16>(t, "mpi native zero-copy bf16", cast_exact_value);
   }
   gs::transport::shm_options base;
   base.heap_bytes = 4 << 20;
   gs::transport::shm t(gs::transport::shm_options_from_mpi(MPI_COMM_WORLD, base));
   compressed_steps<gs::transport::shm, gs::algo::direct_two_shot, gs::fusion::bucket<64 << 10>,
-                   gs::compress::fp16>(t, "shm heap two-shot bucket fp16");
+                   gs::compress::fp16>(t, "shm heap two-shot bucket fp16", cast_exact_value);
   compressed_steps<gs::transport::shm, gs::algo::auto_select, gs::fusion::zero_copy<1 << 20>,
-                   gs::compress::bf16>(t, "shm heap auto zero-copy bf16");
+                   gs::compress::bf16>(t, "shm heap auto zero-copy bf16", cast_exact_value);
+}
+
+GS_MPI_TEST("fusion compression: int8 and topk (with error feedback) over mpi and shm", 120) {
+  namespace c = gs::compress;
+  const std::size_t n = static_cast<std::size_t>(gs::testbed::world_size());
+  auto int8_value = [n](std::size_t r, std::size_t i) { return int8_exact_value(r, i, n); };
+  {
+    gs::transport::mpi t{MPI_COMM_WORLD};
+    compressed_steps<gs::transport::mpi, gs::algo::ring, gs::fusion::bucket<16 << 10>, c::int8<>>(
+        t, "mpi ring bucket int8", int8_value);
+    compressed_steps<gs::transport::mpi, gs::algo::native, gs::fusion::bucket<64 << 10>,
+                     c::error_feedback<c::int8<64>>>(t, "mpi native bucket ef_int8", int8_value);
+    compressed_steps<gs::transport::mpi, gs::algo::native, gs::fusion::bucket<64 << 10>,
+                     c::topk<10>>(t, "mpi native bucket topk", sparse_value);
+    compressed_steps<gs::transport::mpi, gs::algo::ring, gs::fusion::zero_copy<32 << 10>,
+                     c::error_feedback<c::topk<10>>>(t, "mpi ring zero-copy ef_topk", sparse_value);
+  }
+  gs::transport::shm_options base;
+  base.heap_bytes = 4 << 20;
+  gs::transport::shm t(gs::transport::shm_options_from_mpi(MPI_COMM_WORLD, base));
+  compressed_steps<gs::transport::shm, gs::algo::direct_two_shot, gs::fusion::bucket<64 << 10>,
+                   c::int8<>>(t, "shm heap two-shot bucket int8", int8_value);
+  compressed_steps<gs::transport::shm, gs::algo::auto_select, gs::fusion::bucket<64 << 10>,
+                   c::error_feedback<c::topk<10>>>(t, "shm heap auto bucket ef_topk", sparse_value);
 }
 
 GS_MPI_TEST("fusion mpi: bucket, zero-copy and grouped, ring and native", 120) {

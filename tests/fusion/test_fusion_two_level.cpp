@@ -22,6 +22,7 @@
 #include <gradsync/gradsync.hpp>
 
 #include "fusion_helpers.hpp"
+#include "lossy_inputs.hpp"
 #include "json_check.hpp"
 #include "two_level_ranks.hpp"
 #include "watchdog.hpp"
@@ -145,6 +146,62 @@ TEST_CASE("allreducer over two levels: grouped, async and bf16-compressed calls"
     }
     CHECK(exact);
   }
+}
+
+// A bucketed step with codec C over 3 nodes x 2: exact inputs for C, exact sums, every
+// rank the same bits; topk's allgather crosses both levels.
+template <class C, class V>
+void lossy_two_level(const char* what, V value) {
+  CAPTURE(what);
+  const std::size_t n = 6;
+  std::mutex m;
+  std::vector<std::vector<float>> got(n);
+  const auto errors = gs::testbed::run_two_level_shape(3, 2, [&](local a, local b) {
+    two_level t(std::move(a), std::move(b));
+    gs::allreducer<two_level, gs::algo::hierarchical<>, gs::fusion::bucket<16 << 10>, C> ar(
+        t, short_options());
+    std::vector<float> x(3001), y(17), z(40000);
+    ar.add(std::span<float>(x));
+    ar.add(std::span<float>(y));
+    ar.add(std::span<float>(z));
+    ar.commit(gs::op::sum);
+    std::vector<float> all;
+    for (int step = 0; step < 2; ++step) {
+      for (auto* v : {&x, &y, &z}) {
+        for (std::size_t i = 0; i < v->size(); ++i) (*v)[i] = value(t.rank(), i);
+      }
+      for (std::size_t k = 3; k-- > 0;) ar.ready(k);
+      ar.wait();
+    }
+    for (auto* v : {&x, &y, &z}) all.insert(all.end(), v->begin(), v->end());
+    std::lock_guard lk(m);
+    got[t.rank()] = all;
+  });
+  std::size_t wrong = 0;
+  std::size_t pos = 0;
+  for (std::size_t len : {3001u, 17u, 40000u}) {
+    for (std::size_t i = 0; i < len; ++i, ++pos) {
+      float want = 0;
+      for (std::size_t q = 0; q < n; ++q) want += value(q, i);
+      wrong += got[0][pos] != want;
+    }
+  }
+  CHECK(wrong == 0);
+  for (std::size_t r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(errors[r] == "");
+    CHECK(got[r] == got[0]);
+  }
+}
+
+TEST_CASE("allreducer over two levels: int8 and topk, with and without error feedback") {
+  gs::testbed::watchdog wd(120, "two-level lossy");
+  namespace c = gs::compress;
+  auto int8_value = [](std::size_t r, std::size_t i) { return int8_exact_value(r, i, 6); };
+  lossy_two_level<c::int8<>>("int8", int8_value);
+  lossy_two_level<c::error_feedback<c::int8<>>>("ef_int8", int8_value);
+  lossy_two_level<c::topk<10>>("topk", sparse_value);
+  lossy_two_level<c::error_feedback<c::topk<10>>>("ef_topk", sparse_value);
 }
 
 TEST_CASE("allreducer over two levels: a plan mismatch inside one node fails every rank") {
