@@ -49,7 +49,8 @@ struct options {
   std::size_t ranks = 2;
   std::size_t bytes = 64u << 20;
   int iters = 5, warmup = 1;
-  std::vector<std::string> schemes = {"none", "fp16", "bf16", "int8", "ef_int8", "topk", "ef_topk"};
+  std::vector<std::string> schemes = {"none", "fp16",    "bf16",     "int8",       "ef_int8",
+                                      "topk", "ef_topk", "powersgd", "ef_powersgd"};
   bool kernels = false;
   std::string csv;
 };
@@ -60,7 +61,9 @@ const char* usage_text() {
          "  --size BYTES       the tensor, e.g. 64M (default), 1M, 4096\n"
          "  --iters N          timed calls per scheme, default 5\n"
          "  --warmup N         untimed calls first, default 1\n"
-         "  --schemes LIST     none,fp16,bf16,int8,ef_int8,topk,ef_topk (default: all)\n"
+         "  --schemes LIST     none,fp16,bf16,int8,ef_int8,topk,ef_topk,powersgd,ef_powersgd\n"
+         "                     (default: all; powersgd: rank 4, the tensor a square matrix\n"
+         "                     when its count is a square, e.g. 64M = 4096 x 4096)\n"
          "  --kernels          also time encode / decode against memcpy (rank 0)\n"
          "  --csv PATH         write the rows as CSV too\n"
          "  -h, --help, --version  print this text, or the version, and exit 0\n";
@@ -166,7 +169,12 @@ row measure(Tr& t, gb::group& g, const options& o, const char* name) {
   ao.background_thread = false;  // the caller runs the bucket: nothing else competes
   gs::allreducer<Tr, gs::algo::ring, gs::fusion::none, C> ar(t, ao);
   std::vector<float> x(count);
-  ar.add(std::span<float>(x), "grad");
+  const auto side = static_cast<std::size_t>(std::llround(std::sqrt(static_cast<double>(count))));
+  if (side * side == count) {
+    ar.add(std::span<float>(x), "grad", gs::matrix_shape{side, side});
+  } else {
+    ar.add(std::span<float>(x), "grad");
+  }
   ar.commit(gs::op::avg);
   std::vector<double> times;
   double codec = 0;
@@ -225,8 +233,14 @@ std::vector<row> run_all(Tr& t, gb::group& g, const options& o) {
     } else if (s == "ef_topk") {
       rows.push_back(
           measure<gs::compress::error_feedback<gs::compress::topk<10>>>(t, g, o, "ef_topk"));
+    } else if (s == "powersgd") {
+      rows.push_back(measure<gs::compress::powersgd<4>>(t, g, o, "powersgd"));
+    } else if (s == "ef_powersgd") {
+      rows.push_back(
+          measure<gs::compress::error_feedback<gs::compress::powersgd<4>>>(t, g, o, "ef_powersgd"));
     } else {
-      usage_exit("unknown scheme '" + s + "' (none, fp16, bf16, int8, ef_int8, topk, ef_topk)");
+      usage_exit("unknown scheme '" + s +
+                 "' (none, fp16, bf16, int8, ef_int8, topk, ef_topk, powersgd, ef_powersgd)");
     }
   }
   const row* none = nullptr;

@@ -182,6 +182,17 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
                   "fusion::bucket<Bytes> to keep them in your own memory");
     return this->register_tensor(tensor_ref(grad), std::move(name));
   }
+  /// The same for a tensor that is a row-major rows x cols matrix (rows * cols elements),
+  /// which compress::powersgd compresses as one; the shape is part of the plan every rank
+  /// must agree on.
+  template <class T>
+  std::size_t add(std::span<T> grad, std::string name, matrix_shape shape) {
+    static_assert(!fusion::is_zero_copy_v<Fusion> || sizeof(T) == 0,
+                  "gradsync::allreducer with fusion::zero_copy owns the gradients: register "
+                  "them with add<T>(count) and write them through view<T>(i), or use "
+                  "fusion::bucket<Bytes> to keep them in your own memory");
+    return this->register_tensor(tensor_ref(grad), std::move(name), shape);
+  }
   /// Zero-copy: registers a tensor of `count` elements of T that gradsync allocates in
   /// its arena (available through view<T>(i) after commit()); returns its index.
   template <class T>

@@ -24,4 +24,5 @@
 #include "gradsync/allreducer.hpp"
 #include "gradsync/compress/error_feedback.hpp"
 #include "gradsync/compress/int8.hpp"
+#include "gradsync/compress/powersgd.hpp"
 #include "gradsync/compress/topk.hpp"

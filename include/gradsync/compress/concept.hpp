@@ -48,6 +48,15 @@ inline constexpr bool compresses_v = [] {
   }
 }();
 
+/// One tensor of a bucket, as a codec sees it: where it starts (elements from the bucket's
+/// start), how many elements, and its matrix shape when registered with one ({0, 0}).
+struct tensor_part {
+  std::size_t offset = 0;
+  std::size_t count = 0;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+};
+
 /// What the allreducer hands a codec's run() for one bucket (detail/allreducer_batch.hpp
 /// has the real one; tests may write their own):
 template <class Ch>
@@ -61,6 +70,7 @@ concept channel = requires(Ch& ch, std::span<float> f, std::span<std::int8_t> q,
   ch.allgather(mine, all);  // all: every rank's `mine` in rank order; counts the bytes
   { ch.scratch(n) } -> std::same_as<std::span<std::byte>>;  // valid until run() returns
   ch.timed("encode", [] {});  // runs the callable, on the timeline and in compress_seconds
+  { ch.tensors() } -> std::convertible_to<std::span<const tensor_part>>;  // empty: unknown
 };
 
 /// A codec without state keeps this.

@@ -53,6 +53,7 @@ class batch_runner {
  protected:
   /// Runs the allreduce of `count` elements at `data`, of the table slot's element type.
   using runner = void (batch_runner::*)(void* data, std::size_t count, std::shared_ptr<void>* state,
+                                        std::span<const compress::tensor_part> parts,
                                         observe::track tr, observe::call_stats& acc);
   using runner_table = std::array<runner, 8>;  // indexed by dtype
 
@@ -76,7 +77,7 @@ class batch_runner {
 
   // ---- registration ----------------------------------------------------------------
 
-  std::size_t register_tensor(const tensor_ref& r, std::string name) {
+  std::size_t register_tensor(const tensor_ref& r, std::string name, matrix_shape shape = {}) {
     if (committed_) {
       throw error(errc::invalid_argument, site(),
                   "add() after commit(): register every tensor before committing the plan");
@@ -86,7 +87,13 @@ class batch_runner {
           errc::invalid_argument, site(),
           "tensor #" + std::to_string(descs_.size()) + " has a null pointer and a non-zero count");
     }
-    descs_.push_back({r.count, r.type, std::move(name)});
+    if ((shape.rows || shape.cols) && shape.rows * shape.cols != r.count) {
+      throw error(errc::invalid_argument, site(),
+                  "tensor #" + std::to_string(descs_.size()) + " has " + std::to_string(r.count) +
+                      " elements but its shape is " + std::to_string(shape.rows) + " x " +
+                      std::to_string(shape.cols));
+    }
+    descs_.push_back({r.count, r.type, std::move(name), shape});
     ptrs_.push_back(r.data);
     return descs_.size() - 1;
   }
@@ -117,6 +124,15 @@ class batch_runner {
     }
     plan_chosen_ = chosen_algorithms(plan_);             // the same for every step of this plan
     codec_state_.assign(plan_.buckets.size(), nullptr);  // a new plan starts codecs afresh
+    bucket_parts_.assign(plan_.buckets.size(), {});
+    for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
+      const auto& k = plan_.buckets[b];
+      for (std::size_t i : k.tensors) {
+        const std::size_t es = dtype_size(descs_[i].type);
+        bucket_parts_[b].push_back({(plan_.tensor_offset[i] - k.offset) / es, descs_[i].count,
+                                    descs_[i].shape.rows, descs_[i].shape.cols});
+      }
+    }
     committed_ = true;
     log(log_level::info, t_.rank(), "bucket plan (%s, op %s): %s",
         std::string(Fusion::name).c_str(), std::string(op_name(Op::id)).c_str(),
@@ -320,6 +336,7 @@ class batch_runner {
   // The codec's state of each bucket of plan_ (error-feedback residuals), made on first
   // use; only the job running bucket k touches slot k.
   std::vector<std::shared_ptr<void>> codec_state_;
+  std::vector<std::vector<compress::tensor_part>> bucket_parts_;  // plan_'s buckets' tensors
   bool committed_ = false;
 
  private:
@@ -357,8 +374,12 @@ class batch_runner {
       b.stats.pack_seconds += std::chrono::duration<double>(t1 - t0).count();
     }
     const auto t0 = steady::now();
-    std::shared_ptr<void>* state = b.plan == &plan_ ? &codec_state_[k] : nullptr;
-    (this->*b.runners[static_cast<std::size_t>(bk.type)])(base, bk.count, state, tr, b.stats);
+    const bool registered = b.plan == &plan_;
+    std::shared_ptr<void>* state = registered ? &codec_state_[k] : nullptr;
+    const auto parts = registered ? std::span<const compress::tensor_part>(bucket_parts_[k])
+                                  : std::span<const compress::tensor_part>();
+    (this->*b.runners[static_cast<std::size_t>(bk.type)])(base, bk.count, state, parts, tr,
+                                                          b.stats);
     const auto t1 = steady::now();
     b.stats.seconds += std::chrono::duration<double>(t1 - t0).count();
     event("allreduce", tr, t0, t1, [&] {
@@ -382,8 +403,9 @@ class batch_runner {
   /// composition's allreduce, the allgather, staging memory and the timeline.
   class channel {
    public:
-    channel(batch_runner& self, observe::track tr, observe::call_stats& acc)
-        : self_(self), tr_(tr), acc_(acc) {}
+    channel(batch_runner& self, std::span<const compress::tensor_part> parts, observe::track tr,
+            observe::call_stats& acc)
+        : self_(self), parts_(parts), tr_(tr), acc_(acc) {}
     channel(const channel&) = delete;
     channel& operator=(const channel&) = delete;
     ~channel() {
@@ -391,6 +413,8 @@ class batch_runner {
     }
     std::size_t ranks() const { return self_.t_.size(); }
     std::size_t rank() const { return self_.t_.rank(); }
+    /// The bucket's tensors with their shapes (registered plans; empty for grouped calls).
+    std::span<const compress::tensor_part> tensors() const { return parts_; }
     template <class W, class WOp>
     void allreduce(std::span<W> s, WOp) {
       self_.template run_wire<W, WOp>(s.data(), s.size(), tr_, acc_);
@@ -421,6 +445,7 @@ class batch_runner {
 
    private:
     batch_runner& self_;
+    std::span<const compress::tensor_part> parts_;
     observe::track tr_;
     observe::call_stats& acc_;
     std::vector<std::shared_ptr<fusion::arena>> held_;
@@ -430,10 +455,12 @@ class batch_runner {
   /// codec (compress/concept.hpp), with the bucket's state when it has a home (`home`:
   /// the committed plan's slot for this bucket; null for grouped calls: fresh state).
   template <class T, class Op>
-  void run_typed(void* data, std::size_t count, std::shared_ptr<void>* home, observe::track tr,
+  void run_typed(void* data, std::size_t count, std::shared_ptr<void>* home,
+                 std::span<const compress::tensor_part> parts, observe::track tr,
                  observe::call_stats& acc) {
     if constexpr (!compress::compresses_v<Compression, T>) {
       (void)home;
+      (void)parts;
       run_wire<T, Op>(static_cast<T*>(data), count, tr, acc);
     } else {
       static_assert(compress::codec_for<Compression, T, Op>,
@@ -446,7 +473,7 @@ class batch_runner {
       std::shared_ptr<void> fresh;
       std::shared_ptr<void>& slot = home ? *home : fresh;
       if (!slot) slot = std::make_shared<state>();
-      channel ch(*this, tr, acc);
+      channel ch(*this, parts, tr, acc);
       compress::run_codec<Compression, T, Op>(ch, std::span<T>(static_cast<T*>(data), count),
                                               *static_cast<state*>(slot.get()), nullptr);
     }

@@ -71,8 +71,10 @@ inline std::uint64_t plan_digest(std::span<const tensor_desc> tensors, std::size
                                  std::size_t first_cap, order o, storage st) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   h = detail::mix(h, tensors.size());
-  for (const auto& t : tensors)
+  for (const auto& t : tensors) {
     h = detail::mix(detail::mix(h, t.count), static_cast<unsigned>(t.type));
+    if (t.shape.rows) h = detail::mix(detail::mix(h, t.shape.rows), t.shape.cols);
+  }
   h = detail::mix(h, cap);
   h = detail::mix(h, first_cap);
   h = detail::mix(h, static_cast<unsigned>(o));

@@ -29,6 +29,13 @@ struct tensor_ref {
   std::size_t bytes() const { return count * dtype_size(type); }
 };
 
+/// A registered tensor's shape as a row-major matrix (rows x cols == its count), for
+/// compression that works on matrices (compress::powersgd); {0, 0}: no shape.
+struct matrix_shape {
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+};
+
 }  // namespace gradsync
 
 namespace gradsync::fusion {
@@ -38,7 +45,8 @@ namespace gradsync::fusion {
 struct tensor_desc {
   std::size_t count = 0;
   dtype type = dtype::f32;
-  std::string name;  // optional; used in logs and mismatch errors
+  std::string name;      // optional; used in logs and mismatch errors
+  matrix_shape shape{};  // optional; rows * cols == count when set
 
   std::size_t bytes() const { return count * dtype_size(type); }
 };

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: Apache-2.0
+// The products of PowerSGD (compress::powersgd) on a row-major m x n matrix M and rank-R
+// factors kept transposed (Pt: R x m, Qt: R x n), so every inner loop runs along a
+// contiguous row of M, read once per product: P = M Q (R dot products per row, in fixed
+// lanes so that the sums vectorise without reassociation), Q = M^T P and M = P Q^T (R
+// axpys per row, fused). Plus Gram-Schmidt on P's columns. The same order of operations
+// on every rank and CPU, so the same bits.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "gradsync/config.hpp"
+#include "gradsync/kernels/cpu_features.hpp"
+
+namespace gradsync::kernels {
+
+namespace detail {
+// R is the rank: the r factor rows are updated in the same pass along a row of M, which
+// is read once (not r times), and the fixed R lets the compiler keep them in registers.
+template <std::size_t R, class T>
+GRADSYNC_ALWAYS_INLINE void mq_body(T* GRADSYNC_RESTRICT pt, T* GRADSYNC_RESTRICT m,
+                                    const T* GRADSYNC_RESTRICT add, const T* GRADSYNC_RESTRICT qt,
+                                    std::size_t rows, std::size_t cols) {
+  constexpr std::size_t w = 32 / sizeof(T);
+  const std::size_t body = cols - cols % w;
+  for (std::size_t i = 0; i < rows; ++i) {
+    T* row = m + i * cols;
+    if (add) {
+      const T* a = add + i * cols;
+      for (std::size_t j = 0; j < cols; ++j) row[j] += a[j];
+    }
+    T lane[R][w] = {};
+    for (std::size_t j = 0; j < body; j += w) {
+      for (std::size_t c = 0; c < R; ++c) {
+        const T* q = qt + c * cols + j;
+        for (std::size_t k = 0; k < w; ++k) lane[c][k] += row[j + k] * q[k];
+      }
+    }
+    for (std::size_t c = 0; c < R; ++c) {
+      T s = 0;
+      for (std::size_t k = 0; k < w; ++k) s += lane[c][k];
+      for (std::size_t j = body; j < cols; ++j) s += row[j] * qt[c * cols + j];
+      pt[c * rows + i] = s;
+    }
+  }
+}
+
+template <std::size_t R, class T>
+GRADSYNC_ALWAYS_INLINE void mtp_body(T* GRADSYNC_RESTRICT qt, const T* GRADSYNC_RESTRICT m,
+                                     const T* GRADSYNC_RESTRICT pt, std::size_t rows,
+                                     std::size_t cols) {
+  for (std::size_t c = 0; c < R * cols; ++c) qt[c] = T(0);
+  for (std::size_t i = 0; i < rows; ++i) {
+    const T* row = m + i * cols;
+    T p[R];
+    for (std::size_t c = 0; c < R; ++c) p[c] = pt[c * rows + i];
+    for (std::size_t j = 0; j < cols; ++j) {
+      const T v = row[j];
+      for (std::size_t c = 0; c < R; ++c) qt[c * cols + j] += p[c] * v;
+    }
+  }
+}
+
+template <std::size_t R, class T>
+GRADSYNC_ALWAYS_INLINE void pqt_body(T* GRADSYNC_RESTRICT m, T* GRADSYNC_RESTRICT residual,
+                                     const T* GRADSYNC_RESTRICT pt, const T* GRADSYNC_RESTRICT qt,
+                                     const T* GRADSYNC_RESTRICT qmine_t, std::size_t rows,
+                                     std::size_t cols, T scale) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    T* row = m + i * cols;
+    T p[R], ps[R];
+    for (std::size_t c = 0; c < R; ++c) {
+      p[c] = pt[c * rows + i];
+      ps[c] = p[c] * scale;
+    }
+    if (residual) {
+      T* res = residual + i * cols;
+      for (std::size_t j = 0; j < cols; ++j) {
+        T mine = 0, all = 0;
+        for (std::size_t c = 0; c < R; ++c) {
+          mine += p[c] * qmine_t[c * cols + j];
+          all += ps[c] * qt[c * cols + j];
+        }
+        res[j] = row[j] - mine;
+        row[j] = all;
+      }
+    } else {
+      for (std::size_t j = 0; j < cols; ++j) {
+        T all = 0;
+        for (std::size_t c = 0; c < R; ++c) all += ps[c] * qt[c * cols + j];
+        row[j] = all;
+      }
+    }
+  }
+}
+
+// The same bodies built for AVX2 (without FMA, so the bits do not change: the lanes fix
+// the order of every sum), picked at run time as kernels/host.hpp does.
+#define GRADSYNC_LOWRANK_VARIANTS(NAME, PARAMS, ARGS) \
+  template <std::size_t R, class T>                   \
+  void NAME##_generic PARAMS {                        \
+    NAME##_body<R> ARGS;                              \
+  }                                                   \
+  GRADSYNC_LOWRANK_AVX2(NAME, PARAMS, ARGS)
+#if GRADSYNC_HOST_AVX2
+#define GRADSYNC_LOWRANK_AVX2(NAME, PARAMS, ARGS)           \
+  template <std::size_t R, class T>                         \
+  __attribute__((target("avx2"))) void NAME##_avx2 PARAMS { \
+    NAME##_body<R> ARGS;                                    \
+  }
+#else
+#define GRADSYNC_LOWRANK_AVX2(NAME, PARAMS, ARGS)
+#endif
+GRADSYNC_LOWRANK_VARIANTS(mq,
+                          (T * GRADSYNC_RESTRICT pt, T* GRADSYNC_RESTRICT m,
+                           const T* GRADSYNC_RESTRICT add, const T* GRADSYNC_RESTRICT qt,
+                           std::size_t rows, std::size_t cols),
+                          (pt, m, add, qt, rows, cols))
+GRADSYNC_LOWRANK_VARIANTS(mtp,
+                          (T * GRADSYNC_RESTRICT qt, const T* GRADSYNC_RESTRICT m,
+                           const T* GRADSYNC_RESTRICT pt, std::size_t rows, std::size_t cols),
+                          (qt, m, pt, rows, cols))
+GRADSYNC_LOWRANK_VARIANTS(pqt,
+                          (T * GRADSYNC_RESTRICT m, T* GRADSYNC_RESTRICT residual,
+                           const T* GRADSYNC_RESTRICT pt, const T* GRADSYNC_RESTRICT qt,
+                           const T* GRADSYNC_RESTRICT qmine_t, std::size_t rows, std::size_t cols,
+                           T scale),
+                          (m, residual, pt, qt, qmine_t, rows, cols, scale))
+#undef GRADSYNC_LOWRANK_VARIANTS
+#undef GRADSYNC_LOWRANK_AVX2
+
+inline bool lowrank_avx2() {
+#if GRADSYNC_HOST_AVX2
+  return has_avx2();
+#else
+  return false;
+#endif
+}
+}  // namespace detail
+
+/// Pt[c][i] = sum_j M[i][j] * Qt[c][j] for i < m, c < R; with `add` (error feedback),
+/// M[i][j] += add[i][j] first, in the same pass.
+template <std::size_t R, class T>
+void lowrank_mq(T* pt, T* m, const T* add, const T* qt, std::size_t rows, std::size_t cols) {
+#if GRADSYNC_HOST_AVX2
+  if (detail::lowrank_avx2()) return detail::mq_avx2<R>(pt, m, add, qt, rows, cols);
+#endif
+  detail::mq_generic<R>(pt, m, add, qt, rows, cols);
+}
+
+/// Qt[c][j] = sum_i M[i][j] * Pt[c][i] (Qt overwritten).
+template <std::size_t R, class T>
+void lowrank_mtp(T* qt, const T* m, const T* pt, std::size_t rows, std::size_t cols) {
+#if GRADSYNC_HOST_AVX2
+  if (detail::lowrank_avx2()) return detail::mtp_avx2<R>(qt, m, pt, rows, cols);
+#endif
+  detail::mtp_generic<R>(qt, m, pt, rows, cols);
+}
+
+/// M[i][j] = scale * sum_c Pt[c][i] * Qt[c][j]; with `residual`, first
+/// residual[i][j] = M[i][j] - sum_c Pt[c][i] * Qmine_t[c][j] (what this rank's own factor
+/// Q does not carry: its error-feedback residual), in the same pass.
+template <std::size_t R, class T>
+void lowrank_pqt(T* m, T* residual, const T* pt, const T* qt, const T* qmine_t, std::size_t rows,
+                 std::size_t cols, T scale) {
+#if GRADSYNC_HOST_AVX2
+  if (detail::lowrank_avx2()) {
+    return detail::pqt_avx2<R>(m, residual, pt, qt, qmine_t, rows, cols, scale);
+  }
+#endif
+  detail::pqt_generic<R>(m, residual, pt, qt, qmine_t, rows, cols, scale);
+}
+
+/// Orthonormalises the r columns of P (rows of Pt, length m) in place by modified
+/// Gram-Schmidt; a column that vanishes (below 1e-30 of norm) is set to zero.
+template <class T>
+void orthonormalise(T* pt, std::size_t m, std::size_t r) {
+  for (std::size_t c = 0; c < r; ++c) {
+    T* v = pt + c * m;
+    for (std::size_t d = 0; d < c; ++d) {
+      const T* u = pt + d * m;
+      T dot = 0;
+      for (std::size_t i = 0; i < m; ++i) dot += u[i] * v[i];
+      for (std::size_t i = 0; i < m; ++i) v[i] -= dot * u[i];
+    }
+    T norm = 0;
+    for (std::size_t i = 0; i < m; ++i) norm += v[i] * v[i];
+    norm = std::sqrt(norm);
+    const T inv = norm > T(1e-30) ? T(1) / norm : T(0);
+    for (std::size_t i = 0; i < m; ++i) v[i] *= inv;
+  }
+}
+
+/// The shared-seed start of Q (the same on every rank): uniform in [-1, 1) from
+/// (seed, index), a splitmix64 hash.
+template <class T>
+void seeded_uniform(T* out, std::size_t count, std::uint64_t seed) {
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + (i + 1) * 0xbf58476d1ce4e5b9ull;
+    z ^= z >> 30;
+    z *= 0xbf58476d1ce4e5b9ull;
+    z ^= z >> 27;
+    z *= 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    out[i] = static_cast<T>(static_cast<double>(z >> 11) / double(1ull << 52) - 1.0);
+  }
+}
+
+}  // namespace gradsync::kernels
