@@ -26,8 +26,9 @@ struct config {
   std::string algo = "ring";        // a name of gradsync::algo::host_algorithms, or direct
   std::string fusion = "none";      // none | bucket
   double bucket_mb = 1.0;           // bucket size for --fusion bucket (0.25, 1, 25)
-  std::string compress = "none";    // none | fp16 | bf16 | int8 | topk (--fusion bucket)
+  std::string compress = "none";    // none | fp16 | bf16 | int8 | topk | powersgd (bucket)
   std::size_t topk_permille = 10;   // --compress topk: thousandths sent (1, 10)
+  std::size_t powersgd_rank = 4;    // --compress powersgd: rank of the factors (1, 4)
   bool error_feedback = true;       // int8 / topk carry what they drop to the next step
   std::size_t ranks = 1;            // in-process ranks (local, shm)
   std::size_t node_ranks = 0;       // two_level: ranks per node; 0 = one node per host
@@ -81,11 +82,13 @@ inline std::string usage_text() {
          "  --fusion none|bucket        one allreduce per tensor, or bucketed (none)\n"
          "  --bucket-mb X               bucket size in MiB for --fusion bucket: 0.25, 1, 4, 25 "
          "(1)\n"
-         "  --compress none|fp16|bf16|int8|topk   gradients on the wire (none; needs --fusion\n"
-         "                              bucket): 16-bit casts, int8 codes, or the top-k\n"
+         "  --compress none|fp16|bf16|int8|topk|powersgd   gradients on the wire (none;\n"
+         "                              needs --fusion bucket): 16-bit casts, int8 codes,\n"
+         "                              the top-k, or rank-r factors of each weight matrix\n"
          "  --topk-permille 1|10        --compress topk: thousandths of each bucket sent (10)\n"
-         "  --no-error-feedback         int8 / topk drop what they do not send (default: carry\n"
-         "                              it into the next step)\n"
+         "  --powersgd-rank 1|4         --compress powersgd: rank of the factors (4)\n"
+         "  --no-error-feedback         int8 / topk / powersgd drop what they do not send\n"
+         "                              (default: carry it into the next step)\n"
          "  --ranks N                   in-process ranks for --transport local/shm (1)\n"
          "  --node-ranks K              two_level: K consecutive ranks per node (default: "
          "hosts)\n"
@@ -153,6 +156,8 @@ inline config parse_args(int argc, char** argv) {
       c.compress = value();
     else if (a == "--topk-permille")
       c.topk_permille = parse_uint(a, value());
+    else if (a == "--powersgd-rank")
+      c.powersgd_rank = parse_uint(a, value());
     else if (a == "--no-error-feedback")
       c.error_feedback = false;
     else if (a == "--ranks")
@@ -222,9 +227,9 @@ inline config parse_args(int argc, char** argv) {
   }
   if (c.bucket_mb <= 0) throw usage_error("--bucket-mb must be positive");
   if (c.compress != "none" && c.compress != "fp16" && c.compress != "bf16" &&
-      c.compress != "int8" && c.compress != "topk") {
-    throw usage_error("--compress must be none, fp16, bf16, int8 or topk, got '" + c.compress +
-                      "'");
+      c.compress != "int8" && c.compress != "topk" && c.compress != "powersgd") {
+    throw usage_error("--compress must be none, fp16, bf16, int8, topk or powersgd, got '" +
+                      c.compress + "'");
   }
   if (c.compress != "none" && c.fusion != "bucket") {
     throw usage_error("--compress " + c.compress +
@@ -234,6 +239,10 @@ inline config parse_args(int argc, char** argv) {
   if (c.topk_permille != 1 && c.topk_permille != 10) {
     throw usage_error("--topk-permille must be 1 or 10 (compile-time choices), got " +
                       std::to_string(c.topk_permille));
+  }
+  if (c.powersgd_rank != 1 && c.powersgd_rank != 4) {
+    throw usage_error("--powersgd-rank must be 1 or 4 (compile-time choices), got " +
+                      std::to_string(c.powersgd_rank));
   }
   if (c.resume && c.checkpoint_dir.empty()) {
     throw usage_error("--resume needs --checkpoint DIR (where to find the latest checkpoint)");
@@ -259,6 +268,7 @@ inline std::string compress_key(const config& c) {
   if (c.compress == "none" || c.compress == "fp16" || c.compress == "bf16") return c.compress;
   std::string k = (c.error_feedback ? "ef_" : "") + c.compress;
   if (c.compress == "topk") k += std::to_string(c.topk_permille);
+  if (c.compress == "powersgd") k += std::to_string(c.powersgd_rank);
   return k;
 }
 

@@ -34,20 +34,25 @@ struct dispatch_entry {
 };
 
 template <class Tr, class A>
-std::unique_ptr<gradient_sync> make_per_tensor(Tr& t, std::vector<std::span<float>> g) {
+std::unique_ptr<gradient_sync> make_per_tensor(Tr& t, std::vector<std::span<float>> g,
+                                               std::vector<gradsync::matrix_shape>) {
   return std::make_unique<per_tensor_sync<Tr, A>>(t, std::move(g));
 }
 template <class Tr, class A, std::size_t Bytes>
-std::unique_ptr<gradient_sync> make_bucket(Tr& t, std::vector<std::span<float>> g) {
-  return std::make_unique<bucket_sync<Tr, A, gradsync::fusion::bucket<Bytes>>>(t, std::move(g));
+std::unique_ptr<gradient_sync> make_bucket(Tr& t, std::vector<std::span<float>> g,
+                                           std::vector<gradsync::matrix_shape> s) {
+  return std::make_unique<bucket_sync<Tr, A, gradsync::fusion::bucket<Bytes>>>(t, std::move(g),
+                                                                               std::move(s));
 }
 
 template <class Tr, class A, std::size_t Bytes, class C>
-std::unique_ptr<gradient_sync> make_compressed(Tr& t, std::vector<std::span<float>> g) {
-  return std::make_unique<bucket_sync<Tr, A, gradsync::fusion::bucket<Bytes>, C>>(t, std::move(g));
+std::unique_ptr<gradient_sync> make_compressed(Tr& t, std::vector<std::span<float>> g,
+                                               std::vector<gradsync::matrix_shape> s) {
+  return std::make_unique<bucket_sync<Tr, A, gradsync::fusion::bucket<Bytes>, C>>(t, std::move(g),
+                                                                                  std::move(s));
 }
 
-/// The compressed entries: every policy of --compress at --bucket-mb 1 and 25, for the
+/// The compressed entries: every policy of --compress at --bucket-mb 1 (the default), for the
 /// default algorithms only (ring; hierarchical on a two_level), so that the build does
 /// not instantiate every (algorithm, bucket, compression) triple.
 template <class Tr, class A>
@@ -65,9 +70,16 @@ void add_compressed(std::vector<dispatch_entry<Tr>>& t, std::string_view name) {
     t.push_back({name, "bucket", mb, &make_compressed<Tr, A, Bytes, c::topk<1>>, "topk1"});
     t.push_back({name, "bucket", mb, &make_compressed<Tr, A, Bytes, c::error_feedback<c::topk<1>>>,
                  "ef_topk1"});
+    t.push_back({name, "bucket", mb, &make_compressed<Tr, A, Bytes, c::powersgd<4>>, "powersgd4"});
+    t.push_back({name, "bucket", mb,
+                 &make_compressed<Tr, A, Bytes, c::error_feedback<c::powersgd<4>>>,
+                 "ef_powersgd4"});
+    t.push_back({name, "bucket", mb, &make_compressed<Tr, A, Bytes, c::powersgd<1>>, "powersgd1"});
+    t.push_back({name, "bucket", mb,
+                 &make_compressed<Tr, A, Bytes, c::error_feedback<c::powersgd<1>>>,
+                 "ef_powersgd1"});
   };
   both.template operator()<(1u << 20)>(1);
-  both.template operator()<(25u << 20)>(25);
 }
 
 /// Adds algorithm A under `name` (fusion none, and bucket in a few compile-time sizes)

@@ -60,10 +60,14 @@ template <class Transport,  ///< a gradsync::transport_policy, or a two_level
           class Compression = gradsync::compress::none>  ///< what goes on the wire
 class bucket_sync final : public gradient_sync {
  public:
-  /// `tensors` are W1, b1, W2, b2, ...: layer l owns tensors 2l and 2l+1.
-  bucket_sync(Transport& t, std::vector<std::span<float>> tensors) : sync_(t) {
+  /// `tensors` are W1, b1, W2, b2, ...: layer l owns tensors 2l and 2l+1; `shapes` their
+  /// matrix shapes (W: out x in; biases none), for compress::powersgd.
+  bucket_sync(Transport& t, std::vector<std::span<float>> tensors,
+              std::vector<gradsync::matrix_shape> shapes = {})
+      : sync_(t) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-      sync_.add(tensors[i], (i % 2 ? "b" : "W") + std::to_string(i / 2 + 1));
+      sync_.add(tensors[i], (i % 2 ? "b" : "W") + std::to_string(i / 2 + 1),
+                i < shapes.size() ? shapes[i] : gradsync::matrix_shape{});
     }
     sync_.commit(gradsync::op::avg);  // collective: every rank registered the same list
   }

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include <gradsync/fusion/tensor.hpp>
+
 #include <cblas.h>
 
 #include "rng.hpp"
@@ -47,6 +49,15 @@ struct mlp_shape {
   std::string str() const {
     std::string s;
     for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "-" : "") + std::to_string(dims[i]);
+    return s;
+  }
+  /// The matrix shape of W1, b1, W2, b2, ...: W_l is out x in (row-major), biases none.
+  std::vector<gradsync::matrix_shape> matrix_shapes() const {
+    std::vector<gradsync::matrix_shape> s;
+    for (std::size_t l = 0; l < layers(); ++l) {
+      s.push_back({dims[l + 1], dims[l]});
+      s.push_back({});
+    }
     return s;
   }
   /// Spans for W1, b1, W2, b2, ... into an arena laid out like the parameters.

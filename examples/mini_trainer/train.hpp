@@ -69,7 +69,8 @@ inline std::string wire_text(double bytes) {
 }
 
 template <class Tr>
-using sync_factory = std::unique_ptr<gradient_sync> (*)(Tr&, std::vector<std::span<float>>);
+using sync_factory = std::unique_ptr<gradient_sync> (*)(Tr&, std::vector<std::span<float>>,
+                                                        std::vector<gradsync::matrix_shape>);
 
 /// Runs the whole training on rank t.rank(); returns the final line (same on every rank).
 /// Compiled once per transport: the (algorithm, fusion) choice is behind `make_sync`.
@@ -108,7 +109,8 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
   const std::size_t max_shard = (B + n - 1) / n;
   const std::size_t eval_chunk = 256;
   mlp net(ctx.shape, std::max(max_shard, eval_chunk), cfg.exact_grads);
-  const std::unique_ptr<gradient_sync> sync = make_sync(t, ctx.shape.tensors(g));
+  const std::unique_ptr<gradient_sync> sync =
+      make_sync(t, ctx.shape.tensors(g), ctx.shape.matrix_shapes());
   std::vector<std::uint8_t> y(std::max(max_shard, eval_chunk));
 
   // Small collectives on doubles, always with algo::ring (hierarchical<ring> over two
