@@ -6,6 +6,8 @@
 // progress thread reach wait().
 #include <mpi.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -119,6 +121,59 @@ GS_MPI_TEST("fusion compression: fp16 and bf16 over mpi and shm, exact and equal
                    gs::compress::bf16>(t, "shm heap auto zero-copy bf16", cast_exact_value);
 }
 
+// PowerSGD rank 3 on a rank-3 sum: every rank's matrix is A_r B with B shared, so the sum
+// (sum_r A_r) B has rank 3 and comes back to float tolerance; the bias in the same bucket
+// exactly; every rank the same bits.
+template <class Tr, class A, class C>
+void powersgd_steps(Tr& t, const char* what) {
+  constexpr std::size_t m = 64, k = 48, r = 3;
+  const std::size_t n = t.size();
+  auto a = [](std::size_t q, std::size_t i, std::size_t c) {
+    return static_cast<float>((i * 7 + c * 3 + q * 5) % 11) / 11.0f - 0.5f;
+  };
+  auto b = [](std::size_t c, std::size_t j) {
+    return static_cast<float>((c * 13 + j * 5) % 17) / 17.0f - 0.5f;
+  };
+  auto mat = [&](std::size_t q, std::size_t i, std::size_t j) {
+    float s = 0;
+    for (std::size_t c = 0; c < r; ++c) s += a(q, i, c) * b(c, j);
+    return s;
+  };
+  gs::allreducer<Tr, A, gs::fusion::bucket<1 << 20>, C> ar(t);
+  std::vector<float> w(m * k), v(k);
+  ar.add(std::span<float>(w), "W", gs::matrix_shape{m, k});
+  ar.add(std::span<float>(v), "b");
+  ar.commit(gs::op::sum);
+  for (int step = 0; step < 2; ++step) {
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < k; ++j) w[i * k + j] = mat(t.rank(), i, j);
+    for (std::size_t j = 0; j < k; ++j) v[j] = static_cast<float>(j + t.rank());
+    ar.ready(1);
+    ar.ready(0);
+    ar.wait();
+  }
+  double err = 0, norm = 0;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = 0; j < k; ++j) {
+      float want = 0;
+      for (std::size_t q = 0; q < n; ++q) want += mat(q, i, j);
+      err = std::max(err, double(std::fabs(w[i * k + j] - want)));
+      norm = std::max(norm, double(std::fabs(want)));
+    }
+  }
+  for (std::size_t j = 0; j < k; ++j) {
+    bad += v[j] != static_cast<float>(n * j + n * (n - 1) / 2);
+  }
+  GS_CHECK_MSG(err <= 1e-4 * norm, std::string(what) + ": error " + std::to_string(err) +
+                                       " against max " + std::to_string(norm));
+  GS_CHECK_MSG(bad == 0, std::string(what) + ": the bias is not exact");
+  GS_CHECK_MSG(
+      gs::testbed::same_on_all_ranks({gs::testing::fnv1a64(w.data(), w.size() * sizeof(float)),
+                                      gs::testing::fnv1a64(v.data(), v.size() * sizeof(float))}),
+      std::string(what) + ": ranks differ");
+}
+
 GS_MPI_TEST("fusion compression: int8 and topk (with error feedback) over mpi and shm", 120) {
   namespace c = gs::compress;
   const std::size_t n = static_cast<std::size_t>(gs::testbed::world_size());
@@ -141,6 +196,11 @@ GS_MPI_TEST("fusion compression: int8 and topk (with error feedback) over mpi an
                    c::int8<>>(t, "shm heap two-shot bucket int8", int8_value);
   compressed_steps<gs::transport::shm, gs::algo::auto_select, gs::fusion::bucket<64 << 10>,
                    c::error_feedback<c::topk<10>>>(t, "shm heap auto bucket ef_topk", sparse_value);
+  powersgd_steps<gs::transport::shm, gs::algo::direct_two_shot, c::powersgd<3>>(
+      t, "shm heap two-shot powersgd");
+  gs::transport::mpi tm{MPI_COMM_WORLD};
+  powersgd_steps<gs::transport::mpi, gs::algo::ring, c::error_feedback<c::powersgd<3>>>(
+      tm, "mpi ring ef_powersgd");
 }
 
 GS_MPI_TEST("fusion mpi: bucket, zero-copy and grouped, ring and native", 120) {

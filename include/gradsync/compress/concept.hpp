@@ -110,12 +110,6 @@ concept codec_for = requires(typename C::template codec<T, Op>::wire_type* w, co
   typename C::template codec<T, Op>::runs_itself;
 };
 
-/// True when C's codec for (T, Op) writes its residual (every built-in codec does).
-template <class C, class T, class Op>
-inline constexpr bool has_residual_v = requires {
-  requires C::template codec<T, Op>::residual;
-};
-
 /// Moves one bucket `x` through `ch` with C's codec for (T, Op): the codec's own run(),
 /// or for an encode / decode codec: encode into scratch, allreduce, decode.
 template <class C, class T, class Op, class Ch>

@@ -48,7 +48,6 @@ struct error_feedback {
                   "gradsync::compress::error_feedback carries residuals of a sum: use op::sum "
                   "or op::avg");
     using runs_itself = void;
-    static constexpr bool residual = true;
     using inner_codec = typename C::template codec<T, Op>;
     struct state {
       std::vector<T> residual;  // carried to the next step

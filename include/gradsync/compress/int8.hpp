@@ -43,7 +43,6 @@ struct int8 {
                   "gradsync::compress::int8 codes sums: use it with op::sum or op::avg (for "
                   "min, max or prod use compress::none)");
     using runs_itself = void;
-    static constexpr bool residual = true;
 
     template <class Ch>
     static void run(Ch& ch, std::span<T> x, no_state&, T* residual) {

@@ -47,7 +47,6 @@ struct powersgd {
                   "gradsync::compress::powersgd approximates sums: use it with op::sum or "
                   "op::avg (for min, max or prod use compress::none)");
     using runs_itself = void;
-    static constexpr bool residual = true;
     struct state {
       std::vector<std::vector<T>> qt;  // per tensor of the bucket: Q^T (Rank x cols)
     };
@@ -103,7 +102,7 @@ struct powersgd {
       if (dense) ch.allreduce(std::span<T>(d, dense), Op{});
       // P = M Q for every matrix (Q warm from the last step, or seeded).
       ch.timed("compress", [&] {
-        std::size_t po = 0, qo = 0;
+        std::size_t po = 0;
         for (std::size_t t = 0; t < parts.size(); ++t) {
           const auto& p = parts[t];
           if (!worth(p.rows, p.cols)) continue;
@@ -115,7 +114,6 @@ struct powersgd {
           kernels::lowrank_mq<r>(pall + po, x.data() + p.offset,
                                  carried ? residual + p.offset : nullptr, q.data(), p.rows, p.cols);
           po += r * p.rows;
-          qo += r * p.cols;
         }
       });
       if (ps) ch.allreduce(std::span<T>(pall, ps), op::sum);

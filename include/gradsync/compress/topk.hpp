@@ -49,7 +49,6 @@ struct topk {
                   "gradsync::compress::topk sums sparse gradients: use it with op::sum or "
                   "op::avg (for min, max or prod use compress::none)");
     using runs_itself = void;
-    static constexpr bool residual = true;
     using state = kernels::topk_scratch<T>;  // the selection's buffers, reused each step
 
     template <class Ch>

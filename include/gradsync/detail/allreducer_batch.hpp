@@ -473,6 +473,7 @@ class batch_runner {
       std::shared_ptr<void> fresh;
       std::shared_ptr<void>& slot = home ? *home : fresh;
       if (!slot) slot = std::make_shared<state>();
+      static_assert(compress::channel<channel>);
       channel ch(*this, parts, tr, acc);
       compress::run_codec<Compression, T, Op>(ch, std::span<T>(static_cast<T*>(data), count),
                                               *static_cast<state*>(slot.get()), nullptr);

@@ -98,38 +98,37 @@ GRADSYNC_ALWAYS_INLINE void pqt_body(T* GRADSYNC_RESTRICT m, T* GRADSYNC_RESTRIC
 
 // The same bodies built for AVX2 (without FMA, so the bits do not change: the lanes fix
 // the order of every sum), picked at run time as kernels/host.hpp does.
-#define GRADSYNC_LOWRANK_VARIANTS(NAME, PARAMS, ARGS) \
-  template <std::size_t R, class T>                   \
-  void NAME##_generic PARAMS {                        \
-    NAME##_body<R> ARGS;                              \
-  }                                                   \
-  GRADSYNC_LOWRANK_AVX2(NAME, PARAMS, ARGS)
+template <std::size_t R, class T>
+void mq_generic(T* pt, T* m, const T* add, const T* qt, std::size_t rows, std::size_t cols) {
+  mq_body<R>(pt, m, add, qt, rows, cols);
+}
+template <std::size_t R, class T>
+void mtp_generic(T* qt, const T* m, const T* pt, std::size_t rows, std::size_t cols) {
+  mtp_body<R>(qt, m, pt, rows, cols);
+}
+template <std::size_t R, class T>
+void pqt_generic(T* m, T* residual, const T* pt, const T* qt, const T* qmine_t, std::size_t rows,
+                 std::size_t cols, T scale) {
+  pqt_body<R>(m, residual, pt, qt, qmine_t, rows, cols, scale);
+}
 #if GRADSYNC_HOST_AVX2
-#define GRADSYNC_LOWRANK_AVX2(NAME, PARAMS, ARGS)           \
-  template <std::size_t R, class T>                         \
-  __attribute__((target("avx2"))) void NAME##_avx2 PARAMS { \
-    NAME##_body<R> ARGS;                                    \
-  }
-#else
-#define GRADSYNC_LOWRANK_AVX2(NAME, PARAMS, ARGS)
+template <std::size_t R, class T>
+__attribute__((target("avx2"))) void mq_avx2(T* pt, T* m, const T* add, const T* qt,
+                                             std::size_t rows, std::size_t cols) {
+  mq_body<R>(pt, m, add, qt, rows, cols);
+}
+template <std::size_t R, class T>
+__attribute__((target("avx2"))) void mtp_avx2(T* qt, const T* m, const T* pt, std::size_t rows,
+                                              std::size_t cols) {
+  mtp_body<R>(qt, m, pt, rows, cols);
+}
+template <std::size_t R, class T>
+__attribute__((target("avx2"))) void pqt_avx2(T* m, T* residual, const T* pt, const T* qt,
+                                              const T* qmine_t, std::size_t rows, std::size_t cols,
+                                              T scale) {
+  pqt_body<R>(m, residual, pt, qt, qmine_t, rows, cols, scale);
+}
 #endif
-GRADSYNC_LOWRANK_VARIANTS(mq,
-                          (T * GRADSYNC_RESTRICT pt, T* GRADSYNC_RESTRICT m,
-                           const T* GRADSYNC_RESTRICT add, const T* GRADSYNC_RESTRICT qt,
-                           std::size_t rows, std::size_t cols),
-                          (pt, m, add, qt, rows, cols))
-GRADSYNC_LOWRANK_VARIANTS(mtp,
-                          (T * GRADSYNC_RESTRICT qt, const T* GRADSYNC_RESTRICT m,
-                           const T* GRADSYNC_RESTRICT pt, std::size_t rows, std::size_t cols),
-                          (qt, m, pt, rows, cols))
-GRADSYNC_LOWRANK_VARIANTS(pqt,
-                          (T * GRADSYNC_RESTRICT m, T* GRADSYNC_RESTRICT residual,
-                           const T* GRADSYNC_RESTRICT pt, const T* GRADSYNC_RESTRICT qt,
-                           const T* GRADSYNC_RESTRICT qmine_t, std::size_t rows, std::size_t cols,
-                           T scale),
-                          (m, residual, pt, qt, qmine_t, rows, cols, scale))
-#undef GRADSYNC_LOWRANK_VARIANTS
-#undef GRADSYNC_LOWRANK_AVX2
 
 inline bool lowrank_avx2() {
 #if GRADSYNC_HOST_AVX2
