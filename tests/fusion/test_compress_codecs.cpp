@@ -401,3 +401,24 @@ TEST_CASE("a shape that does not match the tensor is refused at add()") {
     }
   });
 }
+
+TEST_CASE("int8 tensors are refused by the allreducer, naming the tensor and the way out") {
+  gs::testbed::watchdog wd(60, "int8 tensor");
+  gs::transport::run_local(1, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<1 << 20>> ar(t);
+    std::vector<std::int8_t> q(10);
+    ar.add(std::span<std::int8_t>(q), "codes");
+    try {
+      ar.commit(gs::op::sum);
+      FAIL("no error");
+    } catch (const gs::error& e) {
+      CHECK(e.code() == gs::errc::invalid_argument);
+      CHECK(std::string(e.what()).find("tensor #0 ('codes') is int8: the allreducer does not "
+                                       "reduce int8 tensors") != std::string::npos);
+    }
+    // The free function takes them.
+    std::vector<std::int8_t> v(5, 3);
+    gs::allreduce<gs::algo::ring>(t, std::span<std::int8_t>(v), gs::op::sum);
+    CHECK(v[4] == 3);
+  });
+}

@@ -19,11 +19,11 @@
 
 namespace gradsync::compress {
 
-template <class C>  ///< the lossy compression it corrects (int8<>, topk<>, fp16, bf16)
+template <class C>  ///< the lossy compression it corrects (int8<>, topk<>, powersgd<>, fp16, bf16)
 struct error_feedback {
   static_assert(compression_policy<C>,
                 "gradsync::compress::error_feedback<C>: C must be a compression policy "
-                "(int8<>, topk<>, fp16, bf16)");
+                "(int8<>, topk<>, powersgd<>, fp16, bf16)");
 
  private:
   static constexpr std::string_view prefix = "ef_";

@@ -110,8 +110,10 @@ class batch_runner {
       if (!table[static_cast<std::size_t>(descs_[i].type)]) {
         throw error(errc::invalid_argument, site(),
                     "tensor #" + std::to_string(i) + tensor_label(i) + " is " +
-                        std::string(dtype_name(descs_[i].type)) + " and op::" +
-                        std::string(op_name(Op::id)) + " needs a floating-point type");
+                        std::string(dtype_name(descs_[i].type)) +
+                        (descs_[i].type == dtype::i8 ? int8_refusal()
+                                                     : " and op::" + std::string(op_name(Op::id)) +
+                                                           " needs a floating-point type"));
       }
     }
     const bool need_layout = fusion::is_zero_copy_v<Fusion> ||
@@ -195,8 +197,14 @@ class batch_runner {
     r[static_cast<std::size_t>(dtype::bf16)] = pick<bfloat16, Op>();
     r[static_cast<std::size_t>(dtype::i32)] = pick<std::int32_t, Op>();
     r[static_cast<std::size_t>(dtype::i64)] = pick<std::int64_t, Op>();
-    r[static_cast<std::size_t>(dtype::i8)] = pick<std::int8_t, Op>();
+    // No int8 slot: int8_t is compress::int8's wire type, and a slot would instantiate
+    // every algorithm for it in every allreducer.
     return r;
+  }
+
+  static std::string int8_refusal() {
+    return ": the allreducer does not reduce int8 tensors (int8_t is compress::int8's wire "
+           "type; the free gradsync::allreduce takes them)";
   }
 
   std::shared_ptr<batch> make_step_batch(const runner_table& table) {
@@ -223,7 +231,9 @@ class batch_runner {
         throw error(errc::invalid_argument, site(),
                     "tensor #" + std::to_string(i) + " of the list is " +
                         std::string(dtype_name(list[i].type)) +
-                        ", which the op cannot take (op::avg needs a floating-point type)");
+                        (list[i].type == dtype::i8
+                             ? int8_refusal()
+                             : ", which the op cannot take (op::avg needs a floating-point type)"));
       }
       descs[i] = {list[i].count, list[i].type, {}};
       b->own_ptrs[i] = list[i].data;
