@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -480,13 +481,19 @@ class batch_runner {
                     "compress/int8.hpp)");
       using codec = typename Compression::template codec<T, Op>;
       using state = compress::state_of<codec>;
-      std::shared_ptr<void> fresh;
-      std::shared_ptr<void>& slot = home ? *home : fresh;
-      if (!slot) slot = std::make_shared<state>();
       static_assert(compress::channel<channel>);
       channel ch(*this, parts, tr, acc);
-      compress::run_codec<Compression, T, Op>(ch, std::span<T>(static_cast<T*>(data), count),
-                                              *static_cast<state*>(slot.get()), nullptr);
+      const std::span<T> x(static_cast<T*>(data), count);
+      if constexpr (std::is_same_v<state, compress::no_state>) {
+        (void)home;  // stateless (the casts, int8): nothing to keep, nothing to allocate
+        compress::no_state none;
+        compress::run_codec<Compression, T, Op>(ch, x, none, nullptr);
+      } else {
+        std::shared_ptr<void> fresh;
+        std::shared_ptr<void>& slot = home ? *home : fresh;
+        if (!slot) slot = std::make_shared<state>();
+        compress::run_codec<Compression, T, Op>(ch, x, *static_cast<state*>(slot.get()), nullptr);
+      }
     }
   }
 
