@@ -4,7 +4,7 @@
 // infinities and subnormals included), every length around the 64-byte blocks and
 // unaligned pointers; the half and bfloat16 vector loops (kernels/host_16bit.hpp)
 // against the portable ones on every 16-bit value. Ranks on CPUs with and without AVX2
-// or F16C must agree bit for bit.
+// or F16C must agree bit for bit; the same for the compression kernels (int8, top-k).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -17,6 +17,8 @@
 #include <gradsync/core/half.hpp>
 #include <gradsync/core/op.hpp>
 #include <gradsync/kernels/host.hpp>
+#include <gradsync/kernels/quantize.hpp>
+#include <gradsync/kernels/select.hpp>
 
 namespace gs = gradsync;
 namespace gk = gradsync::kernels;
@@ -298,3 +300,57 @@ TEST_CASE("half and bfloat16 vector loops give the portable code's bits on every
   }
 }
 #endif
+
+TEST_CASE("compression kernels: the AVX2 and generic builds give the same codes, scales, picks") {
+#if GRADSYNC_HOST_AVX2
+  if (!gk::detail::has_avx2()) {
+    MESSAGE("this CPU has no AVX2: only the generic build runs here");
+    return;
+  }
+  std::mt19937_64 rng(20261201);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::size_t n : {std::size_t{1}, std::size_t{63}, std::size_t{256}, std::size_t{1000},
+                        std::size_t{4097}, std::size_t{100003}}) {
+    CAPTURE(n);
+    constexpr std::size_t block = 256;
+    const std::size_t blocks = (n + block - 1) / block;
+    std::vector<float> x(n), add(n);
+    for (auto& v : x) v = normal(rng);
+    for (auto& v : add) v = normal(rng) * 0.01f;
+    if (n > 10) {  // a zero and a tie of magnitudes
+      x[7] = 0.0f;
+      x[9] = -x[8];
+    }
+    // absmax with the residual added, both builds.
+    std::vector<float> xa = x, xb = x, sa(blocks), sb(blocks);
+    gk::detail::absmax<true>(sa.data(), xa.data(), add.data(), n, block);
+    gk::detail::absmax_avx2<true>(sb.data(), xb.data(), add.data(), n, block);
+    CHECK(std::memcmp(xa.data(), xb.data(), n * sizeof(float)) == 0);
+    CHECK(std::memcmp(sa.data(), sb.data(), blocks * sizeof(float)) == 0);
+    // codes and residuals, then the decode.
+    std::vector<std::int8_t> ca(n), cb(n);
+    std::vector<float> ra(n), rb(n), da(n), db(n);
+    gk::detail::quantize(ca.data(), ra.data(), xa.data(), sa.data(), n, block, 42);
+    gk::detail::quantize_avx2(cb.data(), rb.data(), xa.data(), sa.data(), n, block, 42);
+    CHECK(ca == cb);
+    CHECK(std::memcmp(ra.data(), rb.data(), n * sizeof(float)) == 0);
+    gk::detail::dequantize(da.data(), ca.data(), sa.data(), n, block, 42, 3);
+    gk::detail::dequantize_avx2(db.data(), ca.data(), sa.data(), n, block, 42, 3);
+    CHECK(std::memcmp(da.data(), db.data(), n * sizeof(float)) == 0);
+    // top-k's candidate pass at a threshold near the 1 % point, and at 0 (everything).
+    for (std::uint32_t threshold : {gk::magnitude_key(2.3f), std::uint32_t{0}}) {
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> pa, pb;
+      std::vector<float> ya = x, yb = x;
+      gk::detail::collect_generic(pa, ya.data(), add.data(), n, threshold);
+      gk::detail::collect_avx2(pb, yb.data(), add.data(), n, threshold);
+      CHECK(pa == pb);
+      CHECK(std::memcmp(ya.data(), yb.data(), n * sizeof(float)) == 0);
+      std::size_t want = 0;
+      for (std::size_t i = 0; i < n; ++i) want += gk::magnitude_key(ya[i]) >= threshold;
+      CHECK(pa.size() == want);
+    }
+  }
+#else
+  MESSAGE("no AVX2 dispatch in this build (not x86-64 GCC/Clang)");
+#endif
+}

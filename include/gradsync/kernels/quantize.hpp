@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "gradsync/config.hpp"
+#include "gradsync/kernels/cpu_features.hpp"
 #include "gradsync/kernels/magnitude.hpp"
 
 namespace gradsync::kernels {
@@ -98,8 +99,9 @@ GRADSYNC_ALWAYS_INLINE void dequantize_run(T* GRADSYNC_RESTRICT x,
 
 namespace detail {
 template <bool Add, class T>
-void absmax(float* GRADSYNC_RESTRICT scales, T* GRADSYNC_RESTRICT x, const T* GRADSYNC_RESTRICT add,
-            std::size_t count, std::size_t block) {
+GRADSYNC_ALWAYS_INLINE void absmax_body(float* GRADSYNC_RESTRICT scales, T* GRADSYNC_RESTRICT x,
+                                        const T* GRADSYNC_RESTRICT add, std::size_t count,
+                                        std::size_t block) {
   using K = magnitude_key_t<T>;
   constexpr std::size_t w = 64 / sizeof(T);
   for (std::size_t b = 0, i0 = 0; i0 < count; ++b, i0 += block) {
@@ -132,6 +134,84 @@ void absmax(float* GRADSYNC_RESTRICT scales, T* GRADSYNC_RESTRICT x, const T* GR
     scales[b] = s;
   }
 }
+
+template <class T>
+GRADSYNC_ALWAYS_INLINE void quantize_body(std::int8_t* GRADSYNC_RESTRICT codes,
+                                          T* GRADSYNC_RESTRICT residual,
+                                          const T* GRADSYNC_RESTRICT x, const float* scales,
+                                          std::size_t count, std::size_t block, int levels) {
+  const T lv = static_cast<T>(levels);
+  for (std::size_t b = 0, i0 = 0; i0 < count; ++b, i0 += block) {
+    const std::size_t len = i0 + block < count ? block : count - i0;
+    const T s = static_cast<T>(scales[b]);
+    const T step = s / lv;
+    if (s > 0 && s <= std::numeric_limits<T>::max()) {
+      quantize_run(codes + i0, x + i0, len, lv / s, levels);
+    } else {
+      std::memset(codes + i0, 0, len);
+    }
+    if (residual) residual_run(residual + i0, codes + i0, x + i0, len, step);
+  }
+}
+
+template <class T>
+GRADSYNC_ALWAYS_INLINE void dequantize_body(T* GRADSYNC_RESTRICT x,
+                                            const std::int8_t* GRADSYNC_RESTRICT sums,
+                                            const float* scales, std::size_t count,
+                                            std::size_t block, int levels, std::size_t divide) {
+  const T den = static_cast<T>(levels) * static_cast<T>(divide);
+  for (std::size_t b = 0, i0 = 0; i0 < count; ++b, i0 += block) {
+    const std::size_t len = i0 + block < count ? block : count - i0;
+    const T step = static_cast<T>(scales[b]) / den;
+    dequantize_run(x + i0, sums + i0, len, step);
+  }
+}
+
+// The three passes, and the same compiled for AVX2 (chosen at run time where the CPU has
+// it, as kernels/host.hpp's reductions): 32-byte vectors for the integer max, the code
+// conversion and the int8 packing. No FMA, no reassociation: the same bits either way.
+template <bool Add, class T>
+void absmax(float* scales, T* x, const T* add, std::size_t count, std::size_t block) {
+  absmax_body<Add>(scales, x, add, count, block);
+}
+template <class T>
+void quantize(std::int8_t* codes, T* residual, const T* x, const float* scales, std::size_t count,
+              std::size_t block, int levels) {
+  quantize_body(codes, residual, x, scales, count, block, levels);
+}
+template <class T>
+void dequantize(T* x, const std::int8_t* sums, const float* scales, std::size_t count,
+                std::size_t block, int levels, std::size_t divide) {
+  dequantize_body(x, sums, scales, count, block, levels, divide);
+}
+#if GRADSYNC_HOST_AVX2
+template <bool Add, class T>
+__attribute__((target("avx2"))) void absmax_avx2(float* scales, T* x, const T* add,
+                                                 std::size_t count, std::size_t block) {
+  absmax_body<Add>(scales, x, add, count, block);
+}
+template <class T>
+__attribute__((target("avx2"))) void quantize_avx2(std::int8_t* codes, T* residual, const T* x,
+                                                   const float* scales, std::size_t count,
+                                                   std::size_t block, int levels) {
+  quantize_body(codes, residual, x, scales, count, block, levels);
+}
+template <class T>
+__attribute__((target("avx2"))) void dequantize_avx2(T* x, const std::int8_t* sums,
+                                                     const float* scales, std::size_t count,
+                                                     std::size_t block, int levels,
+                                                     std::size_t divide) {
+  dequantize_body(x, sums, scales, count, block, levels, divide);
+}
+#endif
+
+template <bool Add, class T>
+void absmax_any(float* scales, T* x, const T* add, std::size_t count, std::size_t block) {
+#if GRADSYNC_HOST_AVX2
+  if (has_avx2()) return absmax_avx2<Add>(scales, x, add, count, block);
+#endif
+  absmax<Add>(scales, x, add, count, block);
+}
 }  // namespace detail
 
 /// scales[b] = max |x| over block b (blocks of `block` elements; the last may be short),
@@ -142,14 +222,15 @@ void absmax(float* GRADSYNC_RESTRICT scales, T* GRADSYNC_RESTRICT x, const T* GR
 template <class T>
 void block_absmax(float* GRADSYNC_RESTRICT scales, const T* GRADSYNC_RESTRICT x, std::size_t count,
                   std::size_t block) {
-  detail::absmax<false>(scales, const_cast<T*>(x), static_cast<const T*>(nullptr), count, block);
+  detail::absmax_any<false>(scales, const_cast<T*>(x), static_cast<const T*>(nullptr), count,
+                            block);
 }
 
 /// x[i] += add[i], and the scales of the sums, in one pass (error feedback's residual).
 template <class T>
 void add_block_absmax(float* GRADSYNC_RESTRICT scales, T* GRADSYNC_RESTRICT x,
                       const T* GRADSYNC_RESTRICT add, std::size_t count, std::size_t block) {
-  detail::absmax<true>(scales, x, add, count, block);
+  detail::absmax_any<true>(scales, x, add, count, block);
 }
 
 /// codes[i] = quant_code(x[i]) on each block's agreed scale; with `residual`, also
@@ -160,18 +241,11 @@ template <class T>
 void quantize_blocks(std::int8_t* GRADSYNC_RESTRICT codes, T* GRADSYNC_RESTRICT residual,
                      const T* GRADSYNC_RESTRICT x, const float* scales, std::size_t count,
                      std::size_t block, int levels) {
-  const T lv = static_cast<T>(levels);
-  for (std::size_t b = 0, i0 = 0; i0 < count; ++b, i0 += block) {
-    const std::size_t len = i0 + block < count ? block : count - i0;
-    const T s = static_cast<T>(scales[b]);
-    const T step = s / lv;
-    if (s > 0 && s <= std::numeric_limits<T>::max()) {
-      detail::quantize_run(codes + i0, x + i0, len, lv / s, levels);
-    } else {
-      std::memset(codes + i0, 0, len);
-    }
-    if (residual) detail::residual_run(residual + i0, codes + i0, x + i0, len, step);
-  }
+#if GRADSYNC_HOST_AVX2
+  if (detail::has_avx2())
+    return detail::quantize_avx2(codes, residual, x, scales, count, block, levels);
+#endif
+  detail::quantize(codes, residual, x, scales, count, block, levels);
 }
 
 /// x[i] = sums[i] * scale / (levels * divide): the decoded sum (divide = ranks for avg).
@@ -179,12 +253,11 @@ template <class T>
 void dequantize_blocks(T* GRADSYNC_RESTRICT x, const std::int8_t* GRADSYNC_RESTRICT sums,
                        const float* scales, std::size_t count, std::size_t block, int levels,
                        std::size_t divide) {
-  const T den = static_cast<T>(levels) * static_cast<T>(divide);
-  for (std::size_t b = 0, i0 = 0; i0 < count; ++b, i0 += block) {
-    const std::size_t len = i0 + block < count ? block : count - i0;
-    const T step = static_cast<T>(scales[b]) / den;
-    detail::dequantize_run(x + i0, sums + i0, len, step);
-  }
+#if GRADSYNC_HOST_AVX2
+  if (detail::has_avx2())
+    return detail::dequantize_avx2(x, sums, scales, count, block, levels, divide);
+#endif
+  detail::dequantize(x, sums, scales, count, block, levels, divide);
 }
 
 }  // namespace gradsync::kernels
