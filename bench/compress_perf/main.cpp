@@ -175,7 +175,7 @@ row measure(Tr& t, gb::group& g, const options& o, const char* name) {
   } else {
     ar.add(std::span<float>(x), "grad");
   }
-  ar.commit(gs::op::avg);
+  ar.commit(gs::op::avg, gs::element_types<float>{});  // it times floats only
   std::vector<double> times;
   double codec = 0;
   for (int it = 0; it < o.warmup + o.iters; ++it) {

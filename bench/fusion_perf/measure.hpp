@@ -159,7 +159,7 @@ class fusion_bench {
     prepare(m);
     allreducer<Tr, algo_t, fusion::zero_copy<25 << 20>> ar(t_, quiet());
     for (auto s : spans_) ar.template add<float>(s.size());
-    ar.commit(op::avg);
+    ar.commit(op::avg, element_types<float>{});
     std::vector<std::span<float>> views;
     for (std::size_t i = 0; i < spans_.size(); ++i) views.push_back(ar.template view<float>(i));
     auto unfused = [&] {
@@ -261,7 +261,7 @@ class fusion_bench {
     allreducer<Tr, algo_t, F> ar(t_, ao);
     const std::size_t n = m.counts.size();
     for (auto s : spans_) ar.add(s);
-    ar.commit(op::avg);
+    ar.commit(op::avg, element_types<float>{});
     auto comm = [&] {
       for (std::size_t i = n; i-- > 0;) ar.ready(i);
       ar.wait();
@@ -335,7 +335,7 @@ class fusion_bench {
   void registered(const std::string& mode, std::vector<row>& rows) {
     allreducer<Tr, algo_t, F> ar(t_, quiet());
     for (auto s : spans_) ar.add(s);
-    ar.commit(op::avg);
+    ar.commit(op::avg, element_types<float>{});
     auto step = [&] {
       for (std::size_t i = spans_.size(); i-- > 0;) ar.ready(i);
       ar.wait();
@@ -353,7 +353,7 @@ class fusion_bench {
   void zero_copy(const std::string& mode, std::vector<row>& rows) {
     allreducer<Tr, algo_t, F, C> ar(t_, quiet());
     for (auto s : spans_) ar.template add<float>(s.size());
-    ar.commit(op::avg);
+    ar.commit(op::avg, element_types<float>{});
     std::vector<std::span<float>> views;
     for (std::size_t i = 0; i < spans_.size(); ++i) views.push_back(ar.template view<float>(i));
     auto step = [&] {

@@ -69,7 +69,9 @@ class bucket_sync final : public gradient_sync {
       sync_.add(tensors[i], (i % 2 ? "b" : "W") + std::to_string(i / 2 + 1),
                 i < shapes.size() ? shapes[i] : gradsync::matrix_shape{});
     }
-    sync_.commit(gradsync::op::avg);  // collective: every rank registered the same list
+    // Collective: every rank registered the same list. Floats only: the trainer's build
+    // instantiates a step per (algorithm, bucket, compression), for this one type.
+    sync_.commit(gradsync::op::avg, gradsync::element_types<float>{});
   }
   void layer_ready(std::size_t l) override {
     sync_.ready(2 * l);

@@ -284,6 +284,64 @@ TEST_CASE("int8 and topk through the allreducer: bitwise equal on every rank, bo
   }
 }
 
+// Per bucket: what the codec gave the collectives, counted as it ran (two tensors of
+// 1000 floats in buckets of 4096 bytes: one bucket each; 3 ranks).
+template <class C>
+std::vector<gs::observe::call_stats> bucket_stats_of() {
+  constexpr std::size_t ranks = 3, count = 1000;
+  std::vector<gs::observe::call_stats> st(ranks);
+  gs::transport::run_local(ranks, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<4096>, C> ar(t);
+    std::vector<float> a(count), b(count);
+    ar.add(std::span<float>(a), "a");
+    ar.add(std::span<float>(b), "b");
+    ar.commit(gs::op::sum);
+    for (std::size_t i = 0; i < count; ++i) {
+      a[i] = static_cast<float>(i % 17);
+      b[i] = static_cast<float>(i % 5) - 2.0f;
+    }
+    ar.ready(1);
+    ar.ready(0);
+    ar.wait();
+    st[t.rank()] = ar.last_stats();
+  });
+  return st;
+}
+
+TEST_CASE("stats: each bucket's compression ratio is what its codec handed the collectives") {
+  gs::testbed::watchdog wd(120, "bucket stats");
+  namespace c = gs::compress;
+  auto check = [](const std::vector<gs::observe::call_stats>& st, std::size_t encoded) {
+    for (const auto& s : st) {
+      REQUIRE(s.per_bucket.size() == 2);
+      std::size_t wire = 0;
+      for (const auto& b : s.per_bucket) {
+        CHECK(b.bytes_in == 4000);
+        CHECK(b.bytes_encoded == encoded);
+        CHECK(b.ratio() == doctest::Approx(4000.0 / static_cast<double>(encoded)));
+        wire += b.bytes_wire;
+      }
+      CHECK(s.bytes_encoded == 2 * encoded);
+      CHECK(wire == s.bytes_wire);  // the buckets' wire bytes add up to the call's
+      CHECK(s.bytes_wire > 0);
+    }
+  };
+  SUBCASE("none: the payload itself") {
+    check(bucket_stats_of<c::none>(), 4000);
+  }
+  SUBCASE("fp16: half") {
+    check(bucket_stats_of<c::fp16>(), 2000);
+  }
+  // 4 block scales (floats, agreed by max) + 1000 one-byte codes.
+  SUBCASE("int8<256>") {
+    check(bucket_stats_of<c::int8<256>>(), 4 * 4 + 1000);
+  }
+  // k = 10 of 1000: 10 values + 10 32-bit indices, this rank's part of the allgather.
+  SUBCASE("topk 1 %") {
+    check(bucket_stats_of<c::topk<10>>(), 10 * 8);
+  }
+}
+
 TEST_CASE("int8 refuses more ranks than its codes can sum") {
   gs::testbed::watchdog wd(120, "int8 128 ranks");
   struct wide : solo_channel {

@@ -172,6 +172,39 @@ TEST_CASE("mixed element types in one model: one bucket per type, all exact") {
   CHECK(wrong == std::vector<std::size_t>(3, 0));
 }
 
+TEST_CASE("commit with element_types: the listed types run exactly, another one is named") {
+  gs::testbed::watchdog wd(60, "element_types");
+  std::vector<std::size_t> wrong(2, 99);
+  gs::transport::run_local(2, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<4 << 10>> ar(t);
+    std::vector<float> f(1000);
+    std::vector<std::int32_t> i(300);
+    ar.add(std::span<float>(f), "w");
+    ar.add(std::span<std::int32_t>(i), "n");
+    ar.commit(gs::op::sum, gs::element_types<float, std::int32_t>{});
+    gs::testing::fill_inputs(std::span<float>(f), gs::reduce_op::sum, t.rank(), 2, 0);
+    gs::testing::fill_inputs(std::span<std::int32_t>(i), gs::reduce_op::sum, t.rank(), 2, 1000);
+    ar.ready(1);
+    ar.ready(0);
+    ar.wait();
+    wrong[t.rank()] =
+        gs::testing::count_wrong(std::span<const float>(f), gs::reduce_op::sum, 2, 0) +
+        gs::testing::count_wrong(std::span<const std::int32_t>(i), gs::reduce_op::sum, 2, 1000);
+  });
+  CHECK(wrong == std::vector<std::size_t>(2, 0));
+  gs::transport::run_local(2, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<4 << 10>> ar(t);
+    std::vector<float> f(10);
+    std::vector<double> d(10);
+    ar.add(std::span<float>(f), "w");
+    ar.add(std::span<double>(d), "moments");
+    CHECK_THROWS_WITH_AS(ar.commit(gs::op::avg, gs::element_types<float>{}),
+                         doctest::Contains("tensor #1 ('moments') is float64 and commit() was "
+                                           "given element_types without it"),
+                         gs::error);
+  });
+}
+
 TEST_CASE("same plan, inexact inputs: bitwise identical across ranks and across runs") {
   gs::testbed::watchdog wd(120, "reproducible");
   const auto sizes = model_sizes();

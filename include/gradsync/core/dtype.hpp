@@ -63,6 +63,17 @@ inline constexpr bool is_element_type_v = requires {
 template <class T>
 concept element_type = is_element_type_v<T>;
 
+/// A list of element types, for allreducer::commit(op, element_types<float>{}): only the
+/// listed types are instantiated (each one costs the build every algorithm step again).
+template <class... Ts>  ///< gradsync element types (float, double, half, ...), no repeats
+struct element_types {
+  static_assert(sizeof...(Ts) > 0 && (is_element_type_v<Ts> && ...),
+                "gradsync::element_types<Ts...>: list one or more of float, double, "
+                "gradsync::half, gradsync::bfloat16, int32_t, int64_t");
+  /// Whether the list holds d.
+  static constexpr bool holds(dtype d) { return ((dtype_of<Ts>::value == d) || ...); }
+};
+
 /// Floating-point element types (the ones `op::avg` accepts).
 template <class T>
 inline constexpr bool is_floating_element_v =

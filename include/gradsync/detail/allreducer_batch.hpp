@@ -99,22 +99,29 @@ class batch_runner {
     return descs_.size() - 1;
   }
 
-  template <class Op>
-  void commit_plan(Op) {
+  template <class Op, class Types>
+  void commit_plan(Op, Types) {
     if (committed_) throw error(errc::invalid_argument, site(), "commit() called twice");
     plan_ = fusion::make_plan(descs_, Fusion::bucket_bytes, Fusion::first_bucket_bytes,
                               Fusion::order, Fusion::storage);
     fusion::check_plan(t_, std::span<const fusion::tensor_desc>(descs_), plan_,
                        opt_.make_deadline());
-    const auto table = runners<Op>();
+    const auto table = runners<Op>(Types{});
     for (std::size_t i = 0; i < descs_.size(); ++i) {
-      if (!table[static_cast<std::size_t>(descs_[i].type)]) {
+      const dtype d = descs_[i].type;
+      if (!table[static_cast<std::size_t>(d)]) {
+        std::string why;
+        if (d == dtype::i8) {
+          why = int8_refusal();
+        } else if (!Types::holds(d)) {
+          why = " and commit() was given element_types without it (add " +
+                std::string(dtype_name(d)) + "'s type to the list, or call commit(op))";
+        } else {
+          why = " and op::" + std::string(op_name(Op::id)) + " needs a floating-point type";
+        }
         throw error(errc::invalid_argument, site(),
                     "tensor #" + std::to_string(i) + tensor_label(i) + " is " +
-                        std::string(dtype_name(descs_[i].type)) +
-                        (descs_[i].type == dtype::i8 ? int8_refusal()
-                                                     : " and op::" + std::string(op_name(Op::id)) +
-                                                           " needs a floating-point type"));
+                        std::string(dtype_name(d)) + why);
       }
     }
     const bool need_layout = fusion::is_zero_copy_v<Fusion> ||
@@ -189,17 +196,18 @@ class batch_runner {
 
   // ---- batches --------------------------------------------------------------------------
 
-  template <class Op>
-  static runner_table runners() {
+  /// The element types an allreducer instantiates unless commit() is given a list. No
+  /// int8: int8_t is compress::int8's wire type, and a slot would instantiate every
+  /// algorithm for it in every allreducer.
+  using all_types = element_types<float, double, half, bfloat16, std::int32_t, std::int64_t>;
+
+  template <class Op, class... Ts>
+  static runner_table runners(element_types<Ts...>) {
+    static_assert((!std::is_same_v<Ts, std::int8_t> && ...),
+                  "gradsync::allreducer does not reduce int8_t (it is compress::int8's wire "
+                  "type); leave it out of element_types, the free gradsync::allreduce takes it");
     runner_table r{};
-    r[static_cast<std::size_t>(dtype::f32)] = pick<float, Op>();
-    r[static_cast<std::size_t>(dtype::f64)] = pick<double, Op>();
-    r[static_cast<std::size_t>(dtype::f16)] = pick<half, Op>();
-    r[static_cast<std::size_t>(dtype::bf16)] = pick<bfloat16, Op>();
-    r[static_cast<std::size_t>(dtype::i32)] = pick<std::int32_t, Op>();
-    r[static_cast<std::size_t>(dtype::i64)] = pick<std::int64_t, Op>();
-    // No int8 slot: int8_t is compress::int8's wire type, and a slot would instantiate
-    // every algorithm for it in every allreducer.
+    ((r[static_cast<std::size_t>(dtype_of<Ts>::value)] = pick<Ts, Op>()), ...);
     return r;
   }
 
@@ -268,6 +276,7 @@ class batch_runner {
     b.stats.buckets = nb;
     b.stats.tensors = b.plan->tensor_bucket.size();
     b.stats.bytes_in = b.plan->payload_bytes;
+    b.stats.per_bucket.assign(nb, {});
   }
   void finish_empty(batch& b) { fold_stats(b.stats); }
 
@@ -385,6 +394,7 @@ class batch_runner {
       b.stats.pack_seconds += std::chrono::duration<double>(t1 - t0).count();
     }
     const auto t0 = steady::now();
+    const std::size_t wire0 = b.stats.bytes_wire, encoded0 = b.stats.bytes_encoded;
     const bool registered = b.plan == &plan_;
     std::shared_ptr<void>* state = registered ? &codec_state_[k] : nullptr;
     const auto parts = registered ? std::span<const compress::tensor_part>(bucket_parts_[k])
@@ -393,6 +403,8 @@ class batch_runner {
                                                           b.stats);
     const auto t1 = steady::now();
     b.stats.seconds += std::chrono::duration<double>(t1 - t0).count();
+    b.stats.per_bucket[k] = {bk.bytes(), b.stats.bytes_encoded - encoded0,
+                             b.stats.bytes_wire - wire0};
     event("allreduce", tr, t0, t1, [&] {
       return "\"bucket\":" + std::to_string(k) + ",\"bytes\":" + std::to_string(bk.bytes()) +
              ",\"tensors\":" + std::to_string(bk.tensors.size()) + ",\"algorithm\":\"" +
@@ -432,6 +444,7 @@ class batch_runner {
     }
     void allgather(std::span<const std::byte> mine, std::span<std::byte> all) {
       const auto t0 = steady::now();
+      acc_.bytes_encoded += mine.size();
       acc_.bytes_wire += gradsync::allgather(
           self_.t_,
           std::span<const std::int8_t>(reinterpret_cast<const std::int8_t*>(mine.data()),
@@ -500,6 +513,7 @@ class batch_runner {
   template <class T, class Op>
   void run_wire(T* data, std::size_t count, observe::track tr, observe::call_stats& acc) {
     std::span<T> s(data, count);
+    acc.bytes_encoded += s.size_bytes();
     if constexpr (transport_policy<Transport>) {  // not a two_level: maybe traced
       if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
         observe::traced_transport<Transport> tt(t_, &tl_, tr);
