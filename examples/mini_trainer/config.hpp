@@ -25,7 +25,7 @@ struct config {
   std::string transport = "local";  // local | shm | mpi | two_level
   std::string algo = "ring";        // a name of gradsync::algo::host_algorithms, or direct
   std::string fusion = "none";      // none | bucket
-  double bucket_mb = 1.0;           // bucket size for --fusion bucket (0.25, 1, 25)
+  double bucket_mb = 1.0;           // bucket size in MiB for --fusion bucket
   std::string compress = "none";    // none | fp16 | bf16 | int8 | topk | powersgd (bucket)
   std::size_t topk_permille = 10;   // --compress topk: thousandths sent (1, 10)
   std::size_t powersgd_rank = 4;    // --compress powersgd: rank of the factors (1, 4)
@@ -80,8 +80,7 @@ inline std::string usage_text() {
          "                              (direct = direct_two_shot; hierarchical* need two_level,\n"
          "                              direct* need shm, native needs mpi)\n"
          "  --fusion none|bucket        one allreduce per tensor, or bucketed (none)\n"
-         "  --bucket-mb X               bucket size in MiB for --fusion bucket: 0.25, 1, 4, 25 "
-         "(1)\n"
+         "  --bucket-mb X               bucket size in MiB for --fusion bucket, any size (1)\n"
          "  --compress none|fp16|bf16|int8|topk|powersgd   gradients on the wire (none;\n"
          "                              needs --fusion bucket): 16-bit casts, int8 codes,\n"
          "                              the top-k, or rank-r factors of each weight matrix\n"
@@ -225,7 +224,8 @@ inline config parse_args(int argc, char** argv) {
   if (c.fusion != "none" && c.fusion != "bucket") {
     throw usage_error("--fusion must be none or bucket, got '" + c.fusion + "'");
   }
-  if (c.bucket_mb <= 0) throw usage_error("--bucket-mb must be positive");
+  if (!(c.bucket_mb >= 1.0 / 1024))
+    throw usage_error("--bucket-mb must be at least 1/1024 (1 KiB)");
   if (c.compress != "none" && c.compress != "fp16" && c.compress != "bf16" &&
       c.compress != "int8" && c.compress != "topk" && c.compress != "powersgd") {
     throw usage_error("--compress must be none, fp16, bf16, int8, topk or powersgd, got '" +

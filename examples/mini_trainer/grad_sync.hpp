@@ -63,8 +63,8 @@ class bucket_sync final : public gradient_sync {
   /// `tensors` are W1, b1, W2, b2, ...: layer l owns tensors 2l and 2l+1; `shapes` their
   /// matrix shapes (W: out x in; biases none), for compress::powersgd.
   bucket_sync(Transport& t, std::vector<std::span<float>> tensors,
-              std::vector<gradsync::matrix_shape> shapes = {})
-      : sync_(t) {
+              std::vector<gradsync::matrix_shape> shapes, std::size_t bucket_bytes)
+      : sync_(t, options(bucket_bytes)) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       sync_.add(tensors[i], (i % 2 ? "b" : "W") + std::to_string(i / 2 + 1),
                 i < shapes.size() ? shapes[i] : gradsync::matrix_shape{});
@@ -81,6 +81,12 @@ class bucket_sync final : public gradient_sync {
   double wire_bytes() const override { return static_cast<double>(sync_.last_stats().bytes_wire); }
 
  private:
+  static gradsync::allreducer_options options(std::size_t bucket_bytes) {
+    gradsync::allreducer_options o;
+    o.bucket_bytes = bucket_bytes;  // --bucket-mb at run time: one build for every size
+    return o;
+  }
+
   gradsync::allreducer<Transport, Algorithm, Fusion, Compression> sync_;
 };
 

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -68,9 +69,12 @@ inline std::string wire_text(double bytes) {
   return b;
 }
 
+/// Makes the synchronizer over the gradient tensors, their matrix shapes and the bucket
+/// cap in bytes (--bucket-mb; fusion bucket only).
 template <class Tr>
 using sync_factory = std::unique_ptr<gradient_sync> (*)(Tr&, std::vector<std::span<float>>,
-                                                        std::vector<gradsync::matrix_shape>);
+                                                        std::vector<gradsync::matrix_shape>,
+                                                        std::size_t);
 
 /// Runs the whole training on rank t.rank(); returns the final line (same on every rank).
 /// Compiled once per transport: the (algorithm, fusion) choice is behind `make_sync`.
@@ -110,7 +114,8 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
   const std::size_t eval_chunk = 256;
   mlp net(ctx.shape, std::max(max_shard, eval_chunk), cfg.exact_grads);
   const std::unique_ptr<gradient_sync> sync =
-      make_sync(t, ctx.shape.tensors(g), ctx.shape.matrix_shapes());
+      make_sync(t, ctx.shape.tensors(g), ctx.shape.matrix_shapes(),
+                static_cast<std::size_t>(std::llround(cfg.bucket_mb * 1024 * 1024)));
   std::vector<std::uint8_t> y(std::max(max_shard, eval_chunk));
 
   // Small collectives on doubles, always with algo::ring (hierarchical<ring> over two

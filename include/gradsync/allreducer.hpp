@@ -65,6 +65,10 @@ struct allreducer_options {
   /// the caller's priority. Default 10, or GRADSYNC_PROGRESS_NICE (0..19) when set.
   int progress_nice = detail::progress_nice_from_env(10);
   std::string timeline = observe::timeline::env_path();  ///< Chrome-trace path; "" = off
+  /// Bucket cap in bytes, chosen at run time: 0 keeps the fusion policy's Bytes; else it
+  /// replaces them (first bucket min(1 MiB, it)), so one instantiation serves every
+  /// size. Needs a fusing policy; part of the plan every rank must agree on.
+  std::size_t bucket_bytes = 0;
 };
 
 template <class Transport,  ///< who moves the bytes (transport_policy, or a two_level)
@@ -108,13 +112,13 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   explicit allreducer(Transport& t, call_options opt = {})
       : allreducer(t, allreducer_options{opt}) {}
   allreducer(Transport& t, allreducer_options o)
-      : base(t, o.call, o.timeline), bg_(o.background_thread, o.progress_nice) {
+      : base(t, o.call, o.timeline, o.bucket_bytes), bg_(o.background_thread, o.progress_nice) {
     if (o.background_thread) detail::check_thread_level(t);
     log(log_level::info, t.rank(),
         "allreducer: transport=%s algorithm=%s fusion=%s (bucket %zu B, first %zu B) "
         "compression=%s ranks=%zu progress=%s timeline=%s",
         std::string(Transport::name).c_str(), std::string(Algorithm::name).c_str(),
-        std::string(Fusion::name).c_str(), Fusion::bucket_bytes, Fusion::first_bucket_bytes,
+        std::string(Fusion::name).c_str(), this->bucket_bytes_, this->first_bucket_bytes_,
         std::string(Compression::name).c_str(), t.size(), o.background_thread ? "thread" : "inline",
         this->tl_.enabled() ? this->tl_.path().c_str() : "off");
   }

@@ -4,6 +4,7 @@
 // orders, plan mismatches named at registration.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -201,6 +202,41 @@ TEST_CASE("commit with element_types: the listed types run exactly, another one 
     CHECK_THROWS_WITH_AS(ar.commit(gs::op::avg, gs::element_types<float>{}),
                          doctest::Contains("tensor #1 ('moments') is float64 and commit() was "
                                            "given element_types without it"),
+                         gs::error);
+  });
+}
+
+TEST_CASE("allreducer_options::bucket_bytes replaces the policy's cap at run time") {
+  gs::testbed::watchdog wd(60, "bucket_bytes");
+  std::vector<std::size_t> wrong(2, 99), buckets(2, 0), biggest(2, 0);
+  gs::transport::run_local(2, [&](local& t) {
+    gs::allreducer_options o;
+    o.bucket_bytes = 8 << 10;  // the policy says 1 MiB
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<1 << 20>> ar(t, o);
+    std::vector<std::vector<float>> ts(10, std::vector<float>(1000));
+    for (auto& v : ts) ar.add(std::span<float>(v));
+    ar.commit(gs::op::sum);
+    for (std::size_t i = 0; i < ts.size(); ++i)
+      gs::testing::fill_inputs(std::span<float>(ts[i]), gs::reduce_op::sum, t.rank(), 2, 1000 * i);
+    for (std::size_t i = ts.size(); i-- > 0;) ar.ready(i);
+    ar.wait();
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < ts.size(); ++i)
+      bad +=
+          gs::testing::count_wrong(std::span<const float>(ts[i]), gs::reduce_op::sum, 2, 1000 * i);
+    wrong[t.rank()] = bad;
+    buckets[t.rank()] = ar.plan().buckets.size();
+    for (const auto& b : ar.plan().buckets)
+      biggest[t.rank()] = std::max(biggest[t.rank()], b.bytes());
+  });
+  CHECK(wrong == std::vector<std::size_t>(2, 0));
+  CHECK(buckets[0] == 5);  // 4000-byte tensors, two per 8 KiB bucket
+  CHECK(biggest[0] == 8000);
+  gs::transport::run_local(1, [&](local& t) {
+    gs::allreducer_options o;
+    o.bucket_bytes = 4096;
+    using unfused = gs::allreducer<local, gs::algo::ring, gs::fusion::none>;
+    CHECK_THROWS_WITH_AS(unfused(t, o), doctest::Contains("bucket_bytes = 4096 needs a fusing"),
                          gs::error);
   });
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End to end with --exact-grads: every step's synced gradient (hash printed per step)
 # and the final weights are bit-identical for 1, 2 and 4 ranks, and across algorithms
-# and fusion; without the test mode, 1/2/4 ranks agree on accuracy within a point.
+# and fusion and bucket sizes; without the test mode, 1/2/4 ranks agree on accuracy within a point.
 source "$(dirname "$0")/common.sh"
 common=(--epochs 2 --limit 2048 --batch 256 --exact-grads --print-grad-hash --quiet)
 run ref --ranks 1 "${common[@]}"
@@ -15,5 +15,12 @@ for variant in "local 2 ring none" "local 4 ring none" "local 4 tree none" \
   run "$name" --transport "$1" --ranks "$2" --algo "$3" --fusion "$4" --bucket-mb 0.25 "${common[@]}"
   expect_ok "$name"
   cmp -s "$TMP/ref.out" "$TMP/$name.out" || { diff "$TMP/ref.out" "$TMP/$name.out" | head; fail "$variant differs from 1 rank"; }
+done
+# --bucket-mb is a run-time value: sizes no build lists (3, 0.01 = 10 KiB) give the same bits.
+for mb in 3 0.01; do
+  name="local_r4_ring_bucket_${mb}"
+  run "$name" --ranks 4 --fusion bucket --bucket-mb "$mb" "${common[@]}"
+  expect_ok "$name"
+  cmp -s "$TMP/ref.out" "$TMP/$name.out" || fail "--bucket-mb $mb differs from 1 rank"
 done
 echo "PASS: gradients and weights identical: $(final_of "$TMP/ref.out")"

@@ -35,6 +35,7 @@
 #include "gradsync/detail/thread_level.hpp"
 #include "gradsync/detail/arena_placement.hpp"
 #include "gradsync/fusion/arena.hpp"
+#include "gradsync/fusion/bucket.hpp"
 #include "gradsync/fusion/concept.hpp"
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/fusion/plan_check.hpp"
@@ -73,8 +74,23 @@ class batch_runner {
     steady::time_point created = steady::now();
   };
 
-  batch_runner(Transport& t, const call_options& opt, const std::string& timeline_path)
-      : t_(t), opt_(opt), tl_(timeline_path, t.rank()) {}
+  /// `bucket_bytes`: 0 for the Fusion policy's caps, else this cap (and the policy's rule
+  /// for the first bucket, fusion::default_first_bucket).
+  batch_runner(Transport& t, const call_options& opt, const std::string& timeline_path,
+               std::size_t bucket_bytes)
+      : t_(t),
+        opt_(opt),
+        tl_(timeline_path, t.rank()),
+        bucket_bytes_(bucket_bytes ? bucket_bytes : Fusion::bucket_bytes),
+        first_bucket_bytes_(bucket_bytes ? fusion::default_first_bucket(bucket_bytes)
+                                         : Fusion::first_bucket_bytes) {
+    if (bucket_bytes && !fusion::is_fused_v<Fusion>) {
+      throw error(errc::invalid_argument, site(),
+                  "allreducer_options::bucket_bytes = " + std::to_string(bucket_bytes) +
+                      " needs a fusing policy (fusion::bucket<Bytes> or zero_copy<Bytes>); " +
+                      std::string(Fusion::name) + " fuses nothing (leave it 0)");
+    }
+  }
 
   // ---- registration ----------------------------------------------------------------
 
@@ -102,8 +118,8 @@ class batch_runner {
   template <class Op, class Types>
   void commit_plan(Op, Types) {
     if (committed_) throw error(errc::invalid_argument, site(), "commit() called twice");
-    plan_ = fusion::make_plan(descs_, Fusion::bucket_bytes, Fusion::first_bucket_bytes,
-                              Fusion::order, Fusion::storage);
+    plan_ = fusion::make_plan(descs_, bucket_bytes_, first_bucket_bytes_, Fusion::order,
+                              Fusion::storage);
     fusion::check_plan(t_, std::span<const fusion::tensor_desc>(descs_), plan_,
                        opt_.make_deadline());
     const auto table = runners<Op>(Types{});
@@ -248,8 +264,8 @@ class batch_runner {
       b->own_ptrs[i] = list[i].data;
     }
     // Grouped calls keep the caller's order: there is no backward pass to follow.
-    b->own_plan = fusion::make_plan(descs, Fusion::bucket_bytes, Fusion::first_bucket_bytes,
-                                    fusion::order::registration);
+    b->own_plan =
+        fusion::make_plan(descs, bucket_bytes_, first_bucket_bytes_, fusion::order::registration);
     b->plan = &b->own_plan;
     b->ptrs = &b->own_ptrs;
     if (std::any_of(b->own_plan.buckets.begin(), b->own_plan.buckets.end(),
@@ -348,6 +364,7 @@ class batch_runner {
   Transport& t_;
   call_options opt_;
   observe::timeline tl_;
+  std::size_t bucket_bytes_, first_bucket_bytes_;  // the plan's caps
   std::vector<fusion::tensor_desc> descs_;
   std::vector<void*> ptrs_;  // registered tensors' memory (the arena's, in zero-copy mode)
   fusion::plan plan_;
