@@ -61,9 +61,10 @@ template <class Transport,  ///< a gradsync::transport_policy, or a two_level
 class bucket_sync final : public gradient_sync {
  public:
   /// `tensors` are W1, b1, W2, b2, ...: layer l owns tensors 2l and 2l+1; `shapes` their
-  /// matrix shapes (W: out x in; biases none), for compress::powersgd.
+  /// matrix shapes (W: out x in; biases none), for compress::powersgd; `bucket_bytes` the
+  /// bucket cap (0: Fusion's).
   bucket_sync(Transport& t, std::vector<std::span<float>> tensors,
-              std::vector<gradsync::matrix_shape> shapes, std::size_t bucket_bytes)
+              std::vector<gradsync::matrix_shape> shapes = {}, std::size_t bucket_bytes = 0)
       : sync_(t, options(bucket_bytes)) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       sync_.add(tensors[i], (i % 2 ? "b" : "W") + std::to_string(i / 2 + 1),

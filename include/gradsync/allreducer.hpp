@@ -148,31 +148,34 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   void allreduce(std::span<T> data, Op op) {
     check_call<std::remove_const_t<T>, Op>();
     const tensor_ref one(data);
-    run_list(std::span<const tensor_ref>(&one, 1), op, false).wait();
+    run_list(std::span<const tensor_ref>(&one, 1), op, false,
+             element_types<std::remove_const_t<T>>{});
   }
   /// Queues an in-place allreduce of one tensor on the progress thread.
   template <class T, class Op>
   pending allreduce_async(std::span<T> data, Op op) {
     check_call<std::remove_const_t<T>, Op>();
     const tensor_ref one(data);
-    return run_list(std::span<const tensor_ref>(&one, 1), op, true);
+    return run_list(std::span<const tensor_ref>(&one, 1), op, true,
+                    element_types<std::remove_const_t<T>>{});
   }
   /// Grouped call: reduces every tensor of `list` in place, fused into buckets of the
   /// Fusion policy (fusion::none: one collective per tensor). Every rank passes the same
   /// counts and types in the same order.
   template <class Op>
   void allreduce(std::span<const tensor_ref> list, Op op) {
-    run_list(list, op, false).wait();
+    run_list(list, op, false, typename base::all_types{}).wait();
   }
   template <class Op>
   pending allreduce_async(std::span<const tensor_ref> list, Op op) {
-    return run_list(list, op, true);
+    return run_list(list, op, true, typename base::all_types{});
   }
   template <class T, class Op>
   void allreduce(const std::vector<std::span<T>>& list, Op op) {
     check_call<std::remove_const_t<T>, Op>();
     const std::vector<tensor_ref> refs(list.begin(), list.end());
-    allreduce(std::span<const tensor_ref>(refs), op);
+    run_list(std::span<const tensor_ref>(refs), op, false, element_types<std::remove_const_t<T>>{})
+        .wait();
   }
 
   // ---- registered tensors: a static bucket plan ----------------------------------------
@@ -303,12 +306,14 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
     }
   }
 
-  template <class Op>
-  pending run_list(std::span<const tensor_ref> list, Op op, bool async) {
+  /// `types`: the element types to instantiate steps for (a typed call's T only; a list
+  /// of tensor_refs: all of them).
+  template <class Op, class Types>
+  pending run_list(std::span<const tensor_ref> list, Op op, bool async, Types types) {
     (void)op;
     this->throw_if_broken();
     if (!async || !bg_.enabled()) bg_.drain();
-    auto b = this->make_list_batch(list, base::template runners<Op>(typename base::all_types{}));
+    auto b = this->make_list_batch(list, base::template runners<Op>(types));
     const observe::track tr =
         async && bg_.enabled() ? observe::track::progress : observe::track::caller;
     for (std::size_t k = 0; k < b->plan->buckets.size(); ++k) post(b, k, tr, async);
