@@ -29,6 +29,7 @@
 #include "config.hpp"
 #include "data.hpp"
 #include "grad_sync.hpp"
+#include "metrics.hpp"
 #include "model.hpp"
 #include "rng.hpp"
 
@@ -117,6 +118,7 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
       make_sync(t, ctx.shape.tensors(g), ctx.shape.matrix_shapes(),
                 static_cast<std::size_t>(std::llround(cfg.bucket_mb * 1024 * 1024)));
   std::vector<std::uint8_t> y(std::max(max_shard, eval_chunk));
+  trainer_metrics metrics(r, cfg);  // GRADSYNC_METRICS: this rank's Prometheus file
 
   // Small collectives on doubles, always with algo::ring (hierarchical<ring> over two
   // levels): statistics and hashes (sums of integers below 2^53 and of values added to
@@ -237,6 +239,7 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
       const double dt = std::chrono::duration<double>(t1 - t0).count();
       const double ds = std::chrono::duration<double>(te - ts).count();
       step_s += dt, sync_s += ds, win_step += dt, win_sync += ds, ++win_steps;
+      metrics.step(dt, ds);
       mine_loss += bs.loss_sum, mine_correct += double(bs.correct), mine_seen += double(m);
       ++st.global_step;
       st.step_in_epoch = s + 1;
@@ -280,6 +283,7 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
     replica_check("after epoch " + std::to_string(epoch + 1));
     const double acc = evaluate();
     st.last_test_acc = acc;
+    metrics.epoch(epoch + 1, acc);
     st.last_loss = run_loss / run_seen;
     say("epoch %zu/%zu  loss %.4f  train_acc %.4f  test_acc %.4f  %.0f samples/s  sync %.1f%% of "
         "step time (%.2f s of %.2f s)  replicas identical%s\n",

@@ -49,6 +49,7 @@
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/fusion/plan_check.hpp"
 #include "gradsync/fusion/tensor.hpp"
+#include "gradsync/observe/metrics.hpp"
 #include "gradsync/observe/stats.hpp"
 #include "gradsync/observe/timeline.hpp"
 #include "gradsync/transport/concept.hpp"
@@ -69,6 +70,11 @@ struct allreducer_options {
   /// replaces them (first bucket min(1 MiB, it)), so one instantiation serves every
   /// size. Needs a fusing policy; part of the plan every rank must agree on.
   std::size_t bucket_bytes = 0;
+  /// Directory for a Prometheus textfile of this rank (observe/metrics.hpp); "" = off.
+  /// Default: GRADSYNC_METRICS.
+  std::string metrics = observe::metrics_file::env_dir();
+  /// The file's name, <metrics_job>.rank<R>.prom: give each allreducer of a process its own.
+  std::string metrics_job = "gradsync";
 };
 
 template <class Transport,  ///< who moves the bytes (transport_policy, or a two_level)
@@ -112,7 +118,8 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   explicit allreducer(Transport& t, call_options opt = {})
       : allreducer(t, allreducer_options{opt}) {}
   allreducer(Transport& t, allreducer_options o)
-      : base(t, o.call, o.timeline, o.bucket_bytes), bg_(o.background_thread, o.progress_nice) {
+      : base(t, o.call, o.timeline, o.bucket_bytes, o.metrics, o.metrics_job),
+        bg_(o.background_thread, o.progress_nice) {
     if (o.background_thread) detail::check_thread_level(t);
     log(log_level::info, t.rank(),
         "allreducer: transport=%s algorithm=%s fusion=%s (bucket %zu B, first %zu B) "
@@ -126,7 +133,8 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   allreducer& operator=(const allreducer&) = delete;
 
   /// Joins the progress thread: work not yet started is failed (its handles report it),
-  /// the running collective finishes or hits its deadline. Then writes the timeline.
+  /// the running collective finishes or hits its deadline. Then writes the timeline and
+  /// the metrics file.
   ~allreducer() {
     bg_.stop();
     if (step_ && next_launch_ < this->plan_.buckets.size()) {
@@ -139,6 +147,7 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
     if (this->tl_.enabled() && !this->tl_.write()) {
       log(log_level::warn, this->t_.rank(), "cannot write timeline %s", this->tl_.path().c_str());
     }
+    this->publish_metrics();
   }
 
   // ---- one tensor, and grouped lists -------------------------------------------------

@@ -186,3 +186,58 @@ TEST_CASE("statistics: auto_select reports what it chose per bucket") {
     CHECK(lines[r].find("auto[" + fixed[r] + "]+bucket") != std::string::npos);
   }
 }
+
+namespace {
+std::string slurp(const std::string& path) {
+  std::string s;
+  if (std::FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+    std::fclose(f);
+  }
+  return s;
+}
+}  // namespace
+
+TEST_CASE("metrics: an allreducer's Prometheus file counts its calls and bytes, with labels") {
+  gs::testbed::watchdog wd(60, "metrics");
+  char dir[] = "/tmp/gradsync_metrics_XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  gs::transport::run_local(2, [&](local& t) {
+    gs::allreducer_options o;
+    o.metrics = dir;
+    o.metrics_job = "unit";
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<1 << 20>> ar(t, o);
+    std::vector<float> a(1000, 1.0f);
+    ar.add(std::span<float>(a), "a");
+    ar.commit(gs::op::sum);
+    for (int s = 0; s < 3; ++s) {
+      ar.ready(0);
+      ar.wait();
+    }
+  });  // the destructors write the last values
+  for (int r = 0; r < 2; ++r) {
+    const std::string f = std::string(dir) + "/unit.rank" + std::to_string(r) + ".prom";
+    const std::string s = slurp(f);
+    CAPTURE(s);
+    const std::string labels = "{rank=\"" + std::to_string(r) +
+                               "\",transport=\"local\",algorithm=\"ring\",fusion=\"bucket\","
+                               "compression=\"none\"}";
+    CHECK(s.find("# TYPE gradsync_calls_total counter\ngradsync_calls_total" + labels + " 3\n") !=
+          std::string::npos);
+    CHECK(s.find("gradsync_bytes_in_total" + labels + " 12000\n") != std::string::npos);
+    CHECK(s.find("# TYPE gradsync_errors_total counter\n") != std::string::npos);
+    CHECK(s.find("kind=\"timeout\"} 0\n") != std::string::npos);
+    // One HELP per family, even with several samples (errors by kind).
+    std::size_t helps = 0;
+    for (std::size_t p = 0; (p = s.find("# HELP gradsync_errors_total", p)) != std::string::npos;
+         ++p)
+      ++helps;
+    CHECK(helps == 1);
+    CHECK(std::remove(f.c_str()) == 0);
+    CHECK(std::fopen((f + ".tmp").c_str(), "r") == nullptr);  // renamed, none left behind
+  }
+  CHECK(std::remove(dir) == 0);
+  CHECK(gs::observe::metrics_file::sanitize("9 bad-name") == "__bad_name");
+  CHECK(gs::observe::metrics_file::escape("a\"b\\c\nd") == "a\\\"b\\\\c\\nd");
+}

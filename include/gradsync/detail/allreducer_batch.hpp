@@ -41,6 +41,7 @@
 #include "gradsync/fusion/plan_check.hpp"
 #include "gradsync/fusion/tensor.hpp"
 #include "gradsync/kernels/host.hpp"
+#include "gradsync/observe/metrics.hpp"
 #include "gradsync/observe/stats.hpp"
 #include "gradsync/observe/timeline.hpp"
 #include "gradsync/observe/traced_transport.hpp"
@@ -77,10 +78,15 @@ class batch_runner {
   /// `bucket_bytes`: 0 for the Fusion policy's caps, else this cap (and the policy's rule
   /// for the first bucket, fusion::default_first_bucket).
   batch_runner(Transport& t, const call_options& opt, const std::string& timeline_path,
-               std::size_t bucket_bytes)
+               std::size_t bucket_bytes, const std::string& metrics_dir,
+               const std::string& metrics_job)
       : t_(t),
         opt_(opt),
         tl_(timeline_path, t.rank()),
+        metrics_(metrics_dir, metrics_job, t.rank(),
+                 "transport=\"" + std::string(Transport::name) + "\",algorithm=\"" +
+                     std::string(Algorithm::name) + "\",fusion=\"" + std::string(Fusion::name) +
+                     "\",compression=\"" + std::string(Compression::name) + "\""),
         bucket_bytes_(bucket_bytes ? bucket_bytes : Fusion::bucket_bytes),
         first_bucket_bytes_(bucket_bytes ? fusion::default_first_bucket(bucket_bytes)
                                          : Fusion::first_bucket_bytes) {
@@ -364,6 +370,7 @@ class batch_runner {
   Transport& t_;
   call_options opt_;
   observe::timeline tl_;
+  observe::metrics_file metrics_;                  // GRADSYNC_METRICS: written by publish_locked()
   std::size_t bucket_bytes_, first_bucket_bytes_;  // the plan's caps
   std::vector<fusion::tensor_desc> descs_;
   std::vector<void*> ptrs_;  // registered tensors' memory (the arena's, in zero-copy mode)
@@ -570,9 +577,11 @@ class batch_runner {
   void note_failure(const std::exception_ptr& e, std::size_t bucket) {
     bool breaks = true;
     std::string what = "unknown exception";
+    std::size_t code = 0;  // errors_ index: the errc, 0 for other exceptions
     try {
       std::rethrow_exception(e);
     } catch (const error& x) {
+      code = static_cast<std::size_t>(x.code());
       // Refused arguments and diverged results leave the transport in step.
       breaks = x.code() != errc::mismatch && x.code() != errc::invalid_argument &&
                x.code() != errc::diverged;
@@ -583,6 +592,11 @@ class batch_runner {
     }
     log(log_level::warn, t_.rank(), "bucket %zu failed%s: %s", bucket,
         breaks ? " (the allreducer is unusable from now on)" : "", what.c_str());
+    {
+      std::lock_guard lk(stats_m_);
+      ++errors_[code < errors_.size() ? code : 0];
+      publish_locked(true);  // a failure is worth a write now
+    }
     if (breaks) {
       std::lock_guard lk(stats_m_);
       if (!broken_) broken_ = e;
@@ -593,6 +607,58 @@ class batch_runner {
     std::lock_guard lk(stats_m_);
     last_ = s;
     total_.add(s);
+    window_bytes_ += s.bytes_in;
+    window_seconds_ += s.seconds;
+    publish_locked(false);
+  }
+
+ public:
+  /// Writes the metrics file now (the allreducer's destructor: the last values).
+  void publish_metrics() {
+    std::lock_guard lk(stats_m_);
+    publish_locked(true);
+  }
+
+ private:
+  // The Prometheus file from the running totals, when due (or `now`); under stats_m_.
+  void publish_locked(bool now) {
+    if (!metrics_.enabled() || (!now && !metrics_.due())) return;
+    using k = observe::metrics_file::kind;
+    const auto& c = total_;
+    auto d = [](std::size_t v) { return static_cast<double>(v); };
+    metrics_.set("gradsync_calls_total", k::counter, "Completed allreducer calls (steps, lists).",
+                 d(c.calls));
+    metrics_.set("gradsync_buckets_total", k::counter, "Collectives issued (buckets).",
+                 d(c.buckets));
+    metrics_.set("gradsync_bytes_in_total", k::counter, "Payload bytes reduced.", d(c.bytes_in));
+    metrics_.set("gradsync_bytes_wire_total", k::counter,
+                 "Bytes this rank sent (measured, or the ring model where not traced).",
+                 d(c.bytes_wire));
+    metrics_.set("gradsync_bytes_encoded_total", k::counter,
+                 "Bytes the compression handed to the collectives.", d(c.bytes_encoded));
+    metrics_.set("gradsync_collective_seconds_total", k::counter, "Seconds in collectives.",
+                 c.seconds);
+    metrics_.set("gradsync_pack_seconds_total", k::counter, "Seconds packing buckets.",
+                 c.pack_seconds);
+    metrics_.set("gradsync_compress_seconds_total", k::counter, "Seconds in codec passes.",
+                 c.compress_seconds);
+    const double n = d(t_.size());
+    metrics_.set("gradsync_busbw_gigabytes_per_second", k::gauge,
+                 "Bus bandwidth of the calls since the last write, GB/s (algbw * 2(n-1)/n).",
+                 window_seconds_ > 0 && n > 1
+                     ? d(window_bytes_) / window_seconds_ / 1e9 * 2 * (n - 1) / n
+                     : 0.0);
+    for (std::size_t e = 0; e < errors_.size(); ++e) {
+      const std::string kind = e == 0 ? "other" : std::string(errc_name(static_cast<errc>(e)));
+      metrics_.set("gradsync_errors_total", k::counter, "Failed buckets, by error code.",
+                   d(errors_[e]), "kind=\"" + kind + "\"");
+    }
+    window_bytes_ = 0;
+    window_seconds_ = 0;
+    if (!metrics_.write() && !metrics_warned_) {
+      metrics_warned_ = true;
+      log(log_level::warn, t_.rank(), "cannot write metrics file %s", metrics_.path().c_str());
+    }
   }
 
   std::shared_ptr<fusion::arena> acquire_staging(std::size_t bytes) {
@@ -614,9 +680,13 @@ class batch_runner {
     pool_.push_back(std::move(a));
   }
 
-  mutable std::mutex stats_m_;  // guards last_, total_, broken_
+  mutable std::mutex stats_m_;  // guards last_, total_, broken_ and the metrics below
   observe::call_stats last_;
   observe::cumulative_stats total_;
+  std::array<std::size_t, 7> errors_{};  // failed buckets by errc (0: other exceptions)
+  std::size_t window_bytes_ = 0;         // since the last metrics write
+  double window_seconds_ = 0;
+  bool metrics_warned_ = false;
   std::exception_ptr broken_;
   std::mutex pool_m_;
   std::vector<std::shared_ptr<fusion::arena>> pool_;

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// Prometheus metrics of one rank, in the text exposition format that node-exporter's
+// textfile collector reads. Enabled by GRADSYNC_METRICS=DIR (or allreducer_options::
+// metrics): each writer owns DIR/<job>.rank<R>.prom and rewrites it whole, atomically
+// (a temporary file renamed over it, so a scrape never sees half a file), at most every
+// GRADSYNC_METRICS_INTERVAL seconds (default 10: the writer asks due()) and at the end.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gradsync/core/error.hpp"
+
+namespace gradsync::observe {
+
+/// One rank's metrics file: set values, then write() (when due(), from a loop).
+class metrics_file {
+ public:
+  enum class kind { counter, gauge };
+
+  metrics_file() = default;
+  /// Writes DIR/<job>.rank<rank>.prom when `dir` is not empty; `labels` (such as
+  /// `transport="mpi",algorithm="ring"`) go on every sample, after rank="R".
+  metrics_file(const std::string& dir, std::string job, std::size_t rank, std::string labels = {},
+               double interval_s = env_interval())
+      : path_(dir.empty() ? std::string()
+                          : dir + "/" + job + ".rank" + std::to_string(rank) + ".prom"),
+        labels_("rank=\"" + std::to_string(rank) + "\"" + (labels.empty() ? "" : "," + labels)),
+        interval_(std::chrono::duration<double>(interval_s)) {}
+  metrics_file(const metrics_file&) = delete;
+  metrics_file& operator=(const metrics_file&) = delete;
+
+  /// GRADSYNC_METRICS (a directory), or "" when unset.
+  static std::string env_dir() {
+    const char* s = std::getenv("GRADSYNC_METRICS");
+    return s ? std::string(s) : std::string();
+  }
+  /// GRADSYNC_METRICS_INTERVAL in seconds (>= 0, default 10); another value is an
+  /// invalid_argument error naming the variable.
+  static double env_interval() {
+    const char* s = std::getenv("GRADSYNC_METRICS_INTERVAL");
+    if (!s || !*s) return 10;
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end != s && *end == '\0' && v >= 0) return v;
+    throw error(
+        errc::invalid_argument, {},
+        std::string("GRADSYNC_METRICS_INTERVAL must be a number of seconds >= 0, got '") + s + "'");
+  }
+  /// `Name` as Prometheus allows it: [a-zA-Z_:][a-zA-Z0-9_:]*, other characters as '_'.
+  static std::string sanitize(std::string_view name) {
+    std::string o(name);
+    for (std::size_t i = 0; i < o.size(); ++i) {
+      const char c = o[i];
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+                      (i > 0 && c >= '0' && c <= '9');
+      if (!ok) o[i] = '_';
+    }
+    return o;
+  }
+  /// A label value with \, " and newline escaped, as the format requires.
+  static std::string escape(std::string_view v) {
+    std::string o;
+    for (char c : v) {
+      if (c == '\\') {
+        o += "\\\\";
+      } else if (c == '"') {
+        o += "\\\"";
+      } else if (c == '\n') {
+        o += "\\n";
+      } else {
+        o += c;
+      }
+    }
+    return o;
+  }
+
+  bool enabled() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+
+  /// Sets metric `name` (with optional extra labels, e.g. `kind="timeout"`) to `value`.
+  void set(std::string_view name, kind k, std::string_view help, double value,
+           std::string_view labels = {}) {
+    if (!enabled()) return;
+    std::lock_guard lk(m_);
+    for (auto& s : samples_) {
+      if (s.name == name && s.labels == labels) {
+        s.value = value;
+        return;
+      }
+    }
+    samples_.push_back({std::string(name), std::string(labels), std::string(help), k, value});
+  }
+
+  /// Whether the interval has passed since the last write (always before the first).
+  bool due() const {
+    if (!enabled()) return false;
+    std::lock_guard lk(m_);
+    return !written_once_ || std::chrono::steady_clock::now() - last_ >= interval_;
+  }
+
+  /// Writes the file now (a temporary beside it, renamed over it); false when it cannot.
+  bool write() {
+    if (!enabled()) return true;
+    std::lock_guard lk(m_);
+    last_ = std::chrono::steady_clock::now();
+    written_once_ = true;
+    const std::string tmp = path_ + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) return false;
+    std::vector<bool> headed(samples_.size(), false);
+    for (std::size_t i = 0; i < samples_.size(); ++i) {
+      if (headed[i]) continue;
+      const auto& s = samples_[i];
+      // HELP and TYPE once per family, then every sample of it together.
+      std::fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", s.name.c_str(), s.help.c_str(),
+                   s.name.c_str(), s.k == kind::counter ? "counter" : "gauge");
+      for (std::size_t j = i; j < samples_.size(); ++j) {
+        const auto& t = samples_[j];
+        if (t.name != s.name) continue;
+        headed[j] = true;
+        std::fprintf(f, "%s{%s%s%s} %.17g\n", t.name.c_str(), labels_.c_str(),
+                     t.labels.empty() ? "" : ",", t.labels.c_str(), t.value);
+      }
+    }
+    const bool ok = std::fclose(f) == 0;
+    return ok && std::rename(tmp.c_str(), path_.c_str()) == 0;
+  }
+
+ private:
+  struct sample {
+    std::string name, labels, help;
+    kind k;
+    double value;
+  };
+
+  std::string path_, labels_;
+  std::chrono::duration<double> interval_{10};
+  std::chrono::steady_clock::time_point last_{};
+  bool written_once_ = false;
+  mutable std::mutex m_;
+  std::vector<sample> samples_;
+};
+
+}  // namespace gradsync::observe
