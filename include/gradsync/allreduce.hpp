@@ -103,8 +103,9 @@ void allreduce(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
   if constexpr (detail::is_hierarchical<A>) A::run(t, data, op, opt);
 }
 
+/// Always false, but dependent on T: a static_assert on it fires only when instantiated.
 template <class T>
-inline constexpr bool memory_space_error_v = false;  // dependent false for static_asserts
+inline constexpr bool memory_space_error_v = false;
 
 /// Device transports refuse std::span: it is taken to be host memory.
 template <class A, class Tr, class T, class Op>

@@ -73,7 +73,7 @@ struct allreducer_options {
   /// Directory for a Prometheus textfile of this rank (observe/metrics.hpp); "" = off.
   /// Default: GRADSYNC_METRICS.
   std::string metrics = observe::metrics_file::env_dir();
-  /// The file's name, <metrics_job>.rank<R>.prom: give each allreducer of a process its own.
+  /// The file's name, `<metrics_job>.rank<R>.prom`: give each allreducer of a process its own.
   std::string metrics_job = "gradsync";
 };
 
@@ -109,14 +109,15 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   using batch = typename base::batch;
 
  public:
-  using transport_type = Transport;
-  using algorithm_type = Algorithm;
-  using fusion_type = Fusion;
-  using compression_type = Compression;
+  using transport_type = Transport;      ///< the Transport parameter
+  using algorithm_type = Algorithm;      ///< the Algorithm parameter
+  using fusion_type = Fusion;            ///< the Fusion parameter
+  using compression_type = Compression;  ///< the Compression parameter
 
   /// Borrows `t`; the transport must outlive the allreducer.
   explicit allreducer(Transport& t, call_options opt = {})
       : allreducer(t, allreducer_options{opt}) {}
+  /// Borrows `t`, with the deadline, progress thread, timeline, bucket cap and metrics of `o`.
   allreducer(Transport& t, allreducer_options o)
       : base(t, o.call, o.timeline, o.bucket_bytes, o.metrics, o.metrics_job),
         bg_(o.background_thread, o.progress_nice) {
@@ -175,10 +176,12 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   void allreduce(std::span<const tensor_ref> list, Op op) {
     run_list(list, op, false, typename base::all_types{}).wait();
   }
+  /// The grouped call, queued on the progress thread.
   template <class Op>
   pending allreduce_async(std::span<const tensor_ref> list, Op op) {
     return run_list(list, op, true, typename base::all_types{});
   }
+  /// The grouped call over tensors of one type T (instantiates T's steps only).
   template <class T, class Op>
   void allreduce(const std::vector<std::span<T>>& list, Op op) {
     check_call<std::remove_const_t<T>, Op>();
@@ -239,7 +242,9 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   std::span<T> view(std::size_t i) {
     return this->template arena_view<T>(i);
   }
+  /// The committed bucket plan (empty before commit()).
   const fusion::plan& plan() const { return this->plan_; }
+  /// How many tensors are registered.
   std::size_t tensor_count() const { return this->descs_.size(); }
 
   /// Marks registered tensor i's gradient final for this step; launches, in plan order,
@@ -300,7 +305,9 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   /// The timeline (GRADSYNC_TIMELINE); write() flushes it to its file now.
   const observe::timeline& timeline() const { return this->tl_; }
 
+  /// The borrowed transport.
   Transport& transport() { return this->t_; }
+  /// The options every collective of this allreducer runs with.
   const call_options& options() const { return this->opt_; }
 
  private:

@@ -17,6 +17,7 @@ struct call_options {
   /// if any differs (check/verify.hpp). Host memory only. Default: GRADSYNC_VERIFY, else off.
   bool verify = default_verify();
 
+  /// The deadline of a call starting now.
   deadline make_deadline() const {
     return deadline::after(timeout.count() < 0 ? default_timeout() : timeout);
   }

@@ -14,6 +14,7 @@ namespace gradsync {
 /// Run-time tag of an element type; travels in the cross-rank consistency header.
 enum class dtype : std::uint8_t { f32 = 1, f64, f16, bf16, i32, i64, i8 };
 
+/// "float32", "float64", "float16", "bfloat16", "int32", "int64" or "int8".
 inline constexpr std::string_view dtype_name(dtype d) {
   switch (d) {
     // clang-format off
@@ -29,6 +30,7 @@ inline constexpr std::string_view dtype_name(dtype d) {
   return "unknown";
 }
 
+/// Bytes per element of d.
 inline constexpr std::size_t dtype_size(dtype d) {
   switch (d) {
     // clang-format off

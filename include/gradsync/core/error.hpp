@@ -21,6 +21,7 @@ enum class errc : std::uint8_t {
   diverged,          ///< ranks ended a verified call with different results (call_options::verify)
 };
 
+/// "timeout", "peer_lost", "mismatch", "invalid_argument", "transport" or "diverged".
 inline constexpr std::string_view errc_name(errc c) {
   switch (c) {
     // clang-format off
@@ -37,28 +38,34 @@ inline constexpr std::string_view errc_name(errc c) {
 
 /// Where an error happened; absent fields are left at npos (or empty).
 struct error_site {
-  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);  ///< "not known"
   error_site() = default;
+  /// Rank `r`, with the peer `p` and the call's sequence number `s` when known.
   error_site(std::size_t r, std::size_t p = npos, std::uint64_t s = ~std::uint64_t{0})
       : rank(r), peer(p), seq(s) {}
 
   std::size_t rank = npos;  ///< the rank in the whole job when known, else in the group
   std::size_t peer = npos;  ///< likewise for the peer
-  std::uint64_t seq = ~std::uint64_t{0};
-  std::string host;       ///< this rank's host, when known
-  std::string peer_host;  ///< the peer's host, when known
+  std::uint64_t seq = ~std::uint64_t{0};  ///< the call's sequence number on the transport
+  std::string host;                       ///< this rank's host, when known
+  std::string peer_host;                  ///< the peer's host, when known
   /// Sub-group transports (a split, two_level's levels): rank and peer in the group,
   /// and its size, when rank/peer above are the job's ranks. npos: not a sub-group.
-  std::size_t group_rank = npos, group_peer = npos, group_size = npos;
+  std::size_t group_rank = npos;  ///< rank in the sub-group
+  std::size_t group_peer = npos;  ///< peer in the sub-group
+  std::size_t group_size = npos;  ///< the sub-group's size
 };
 
 /// The gradsync exception; `code()` tells the kind, `what()` the whole story.
 class error : public std::runtime_error {
  public:
+  /// An error of kind `code` at `site`; what() is the code, the site and `detail`.
   error(errc code, const error_site& site, const std::string& detail)
       : std::runtime_error(format(code, site, detail)), code_(code), site_(site) {}
 
+  /// What kind of failure (timeout, peer_lost, mismatch, ...).
   errc code() const noexcept { return code_; }
+  /// Where: rank, peer, sequence number, hosts.
   const error_site& site() const noexcept { return site_; }
 
  private:

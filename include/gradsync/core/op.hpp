@@ -13,6 +13,7 @@ namespace gradsync {
 /// Run-time id of a reduction op.
 enum class reduce_op : std::uint8_t { sum = 1, prod, min, max, avg };
 
+/// "sum", "prod", "min", "max" or "avg".
 inline constexpr std::string_view op_name(reduce_op o) {
   switch (o) {
     // clang-format off
@@ -29,23 +30,23 @@ inline constexpr std::string_view op_name(reduce_op o) {
 namespace op {
 // clang-format off
 /// Elementwise sum.
-struct sum_t { static constexpr reduce_op id = reduce_op::sum; };
+struct sum_t { static constexpr reduce_op id = reduce_op::sum; /**< its run-time id */ };
 /// Elementwise product.
-struct prod_t { static constexpr reduce_op id = reduce_op::prod; };
+struct prod_t { static constexpr reduce_op id = reduce_op::prod; /**< its run-time id */ };
 /// Elementwise minimum.
-struct min_t { static constexpr reduce_op id = reduce_op::min; };
+struct min_t { static constexpr reduce_op id = reduce_op::min; /**< its run-time id */ };
 /// Elementwise maximum.
-struct max_t { static constexpr reduce_op id = reduce_op::max; };
+struct max_t { static constexpr reduce_op id = reduce_op::max; /**< its run-time id */ };
 /// Sum divided by the number of ranks (floating-point types only); the owner of each
 /// element divides once, so every rank receives the same bits.
-struct avg_t { static constexpr reduce_op id = reduce_op::avg; };
+struct avg_t { static constexpr reduce_op id = reduce_op::avg; /**< its run-time id */ };
 // clang-format on
 
-inline constexpr sum_t sum{};
-inline constexpr prod_t prod{};
-inline constexpr min_t min{};
-inline constexpr max_t max{};
-inline constexpr avg_t avg{};
+inline constexpr sum_t sum{};    ///< elementwise sum: pass as the op argument
+inline constexpr prod_t prod{};  ///< elementwise product: pass as the op argument
+inline constexpr min_t min{};    ///< elementwise minimum: pass as the op argument
+inline constexpr max_t max{};    ///< elementwise maximum: pass as the op argument
+inline constexpr avg_t avg{};    ///< elementwise average: pass as the op argument
 }  // namespace op
 
 /// A reduction op tag: op::sum, op::prod, op::min, op::max or op::avg.

@@ -623,39 +623,11 @@ class batch_runner {
   // The Prometheus file from the running totals, when due (or `now`); under stats_m_.
   void publish_locked(bool now) {
     if (!metrics_.enabled() || (!now && !metrics_.due())) return;
-    using k = observe::metrics_file::kind;
-    const auto& c = total_;
-    auto d = [](std::size_t v) { return static_cast<double>(v); };
-    metrics_.set("gradsync_calls_total", k::counter, "Completed allreducer calls (steps, lists).",
-                 d(c.calls));
-    metrics_.set("gradsync_buckets_total", k::counter, "Collectives issued (buckets).",
-                 d(c.buckets));
-    metrics_.set("gradsync_bytes_in_total", k::counter, "Payload bytes reduced.", d(c.bytes_in));
-    metrics_.set("gradsync_bytes_wire_total", k::counter,
-                 "Bytes this rank sent (measured, or the ring model where not traced).",
-                 d(c.bytes_wire));
-    metrics_.set("gradsync_bytes_encoded_total", k::counter,
-                 "Bytes the compression handed to the collectives.", d(c.bytes_encoded));
-    metrics_.set("gradsync_collective_seconds_total", k::counter, "Seconds in collectives.",
-                 c.seconds);
-    metrics_.set("gradsync_pack_seconds_total", k::counter, "Seconds packing buckets.",
-                 c.pack_seconds);
-    metrics_.set("gradsync_compress_seconds_total", k::counter, "Seconds in codec passes.",
-                 c.compress_seconds);
-    const double n = d(t_.size());
-    metrics_.set("gradsync_busbw_gigabytes_per_second", k::gauge,
-                 "Bus bandwidth of the calls since the last write, GB/s (algbw * 2(n-1)/n).",
-                 window_seconds_ > 0 && n > 1
-                     ? d(window_bytes_) / window_seconds_ / 1e9 * 2 * (n - 1) / n
-                     : 0.0);
-    for (std::size_t e = 0; e < errors_.size(); ++e) {
-      const std::string kind = e == 0 ? "other" : std::string(errc_name(static_cast<errc>(e)));
-      metrics_.set("gradsync_errors_total", k::counter, "Failed buckets, by error code.",
-                   d(errors_[e]), "kind=\"" + kind + "\"");
-    }
+    const bool ok = observe::write_allreducer_metrics(metrics_, total_, errors_, t_.size(),
+                                                      window_bytes_, window_seconds_);
     window_bytes_ = 0;
     window_seconds_ = 0;
-    if (!metrics_.write() && !metrics_warned_) {
+    if (!ok && !metrics_warned_) {
       metrics_warned_ = true;
       log(log_level::warn, t_.rank(), "cannot write metrics file %s", metrics_.path().c_str());
     }

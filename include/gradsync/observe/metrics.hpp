@@ -11,22 +11,28 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "gradsync/core/error.hpp"
+#include "gradsync/observe/stats.hpp"
 
 namespace gradsync::observe {
 
 /// One rank's metrics file: set values, then write() (when due(), from a loop).
 class metrics_file {
  public:
-  enum class kind { counter, gauge };
+  /// The Prometheus metric type.
+  enum class kind {
+    counter,  ///< only grows (totals)
+    gauge     ///< any value (rates, the last epoch)
+  };
 
   metrics_file() = default;
-  /// Writes DIR/<job>.rank<rank>.prom when `dir` is not empty; `labels` (such as
+  /// Writes `DIR/<job>.rank<rank>.prom` when `dir` is not empty; `labels` (such as
   /// `transport="mpi",algorithm="ring"`) go on every sample, after rank="R".
   metrics_file(const std::string& dir, std::string job, std::size_t rank, std::string labels = {},
                double interval_s = env_interval())
@@ -82,7 +88,9 @@ class metrics_file {
     return o;
   }
 
+  /// Whether a directory was given (otherwise every call does nothing).
   bool enabled() const { return !path_.empty(); }
+  /// The file this rank writes.
   const std::string& path() const { return path_; }
 
   /// Sets metric `name` (with optional extra labels, e.g. `kind="timeout"`) to `value`.
@@ -148,5 +156,38 @@ class metrics_file {
   mutable std::mutex m_;
   std::vector<sample> samples_;
 };
+
+/// An allreducer's samples (totals `c`, failed buckets by errc in `errors`, busbw of the
+/// window of `window_bytes` in `window_seconds`), then the write. A plain function: the
+/// allreducer's instantiations share one copy.
+inline bool write_allreducer_metrics(metrics_file& f, const cumulative_stats& c,
+                                     std::span<const std::size_t> errors, std::size_t ranks,
+                                     std::size_t window_bytes, double window_seconds) {
+  using k = metrics_file::kind;
+  auto d = [](std::size_t v) { return static_cast<double>(v); };
+  f.set("gradsync_calls_total", k::counter, "Completed allreducer calls (steps, lists).",
+        d(c.calls));
+  f.set("gradsync_buckets_total", k::counter, "Collectives issued (buckets).", d(c.buckets));
+  f.set("gradsync_bytes_in_total", k::counter, "Payload bytes reduced.", d(c.bytes_in));
+  f.set("gradsync_bytes_wire_total", k::counter,
+        "Bytes this rank sent (measured, or the ring model where not traced).", d(c.bytes_wire));
+  f.set("gradsync_bytes_encoded_total", k::counter,
+        "Bytes the compression handed to the collectives.", d(c.bytes_encoded));
+  f.set("gradsync_collective_seconds_total", k::counter, "Seconds in collectives.", c.seconds);
+  f.set("gradsync_pack_seconds_total", k::counter, "Seconds packing buckets.", c.pack_seconds);
+  f.set("gradsync_compress_seconds_total", k::counter, "Seconds in codec passes.",
+        c.compress_seconds);
+  const double n = d(ranks);
+  f.set(
+      "gradsync_busbw_gigabytes_per_second", k::gauge,
+      "Bus bandwidth of the calls since the last write, GB/s (algbw * 2(n-1)/n).",
+      window_seconds > 0 && n > 1 ? d(window_bytes) / window_seconds / 1e9 * 2 * (n - 1) / n : 0.0);
+  for (std::size_t e = 0; e < errors.size(); ++e) {
+    const std::string kind = e == 0 ? "other" : std::string(errc_name(static_cast<errc>(e)));
+    f.set("gradsync_errors_total", k::counter, "Failed buckets, by error code.", d(errors[e]),
+          "kind=\"" + kind + "\"");
+  }
+  return f.write();
+}
 
 }  // namespace gradsync::observe

@@ -58,9 +58,17 @@ struct call_stats {
 
 /// Running totals over every completed call.
 struct cumulative_stats {
-  std::size_t calls = 0, tensors = 0, buckets = 0, bytes_in = 0, bytes_wire = 0, bytes_encoded = 0;
-  double seconds = 0, pack_seconds = 0, compress_seconds = 0;
+  std::size_t calls = 0;          ///< completed calls
+  std::size_t tensors = 0;        ///< tensors reduced, summed over the calls
+  std::size_t buckets = 0;        ///< collectives issued
+  std::size_t bytes_in = 0;       ///< payload bytes
+  std::size_t bytes_wire = 0;     ///< bytes this rank sent
+  std::size_t bytes_encoded = 0;  ///< bytes the compression handed to the collectives
+  double seconds = 0;             ///< time in collectives
+  double pack_seconds = 0;        ///< time packing and unpacking
+  double compress_seconds = 0;    ///< time in codec passes
 
+  /// Adds one completed call.
   void add(const call_stats& c) {
     ++calls;
     tensors += c.tensors;
