@@ -159,7 +159,8 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
     check_call<std::remove_const_t<T>, Op>();
     const tensor_ref one(data);
     run_list(std::span<const tensor_ref>(&one, 1), op, false,
-             element_types<std::remove_const_t<T>>{});
+             element_types<std::remove_const_t<T>>{})
+        .wait();  // the errors of the inline run come out here
   }
   /// Queues an in-place allreduce of one tensor on the progress thread.
   template <class T, class Op>
@@ -325,7 +326,7 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   /// `types`: the element types to instantiate steps for (a typed call's T only; a list
   /// of tensor_refs: all of them).
   template <class Op, class Types>
-  pending run_list(std::span<const tensor_ref> list, Op op, bool async, Types types) {
+  [[nodiscard]] pending run_list(std::span<const tensor_ref> list, Op op, bool async, Types types) {
     (void)op;
     this->throw_if_broken();
     if (!async || !bg_.enabled()) bg_.drain();

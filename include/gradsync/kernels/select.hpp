@@ -41,7 +41,7 @@ namespace detail {
 __attribute__((target("avx2"))) inline std::uint32_t passing16_avx2(const float* v, int lim) {
   const __m256i abs = _mm256_set1_epi32(0x7fffffff), l = _mm256_set1_epi32(lim);
   std::uint32_t m = 0;
-  for (int q = 0; q < 2; ++q) {
+  for (std::size_t q = 0; q < 2; ++q) {
     const __m256i k =
         _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 8 * q)), abs);
     m |= static_cast<std::uint32_t>(
@@ -67,7 +67,7 @@ GRADSYNC_ALWAYS_INLINE std::uint32_t passing16(const T* GRADSYNC_RESTRICT v,
 #endif
     const __m128i abs = _mm_set1_epi32(0x7fffffff), l = _mm_set1_epi32(lim);
     std::uint32_t m = 0;
-    for (int q = 0; q < 4; ++q) {
+    for (std::size_t q = 0; q < 4; ++q) {
       const __m128i k =
           _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 4 * q)), abs);
       m |= static_cast<std::uint32_t>(_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(k, l))))

@@ -34,8 +34,8 @@ class metrics_file {
   metrics_file() = default;
   /// Writes `DIR/<job>.rank<rank>.prom` when `dir` is not empty; `labels` (such as
   /// `transport="mpi",algorithm="ring"`) go on every sample, after rank="R".
-  metrics_file(const std::string& dir, std::string job, std::size_t rank, std::string labels = {},
-               double interval_s = env_interval())
+  metrics_file(const std::string& dir, const std::string& job, std::size_t rank,
+               const std::string& labels = {}, double interval_s = env_interval())
       : path_(dir.empty() ? std::string()
                           : dir + "/" + job + ".rank" + std::to_string(rank) + ".prom"),
         labels_("rank=\"" + std::to_string(rank) + "\"" + (labels.empty() ? "" : "," + labels)),
