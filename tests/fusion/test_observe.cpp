@@ -241,3 +241,32 @@ TEST_CASE("metrics: an allreducer's Prometheus file counts its calls and bytes, 
   CHECK(gs::observe::metrics_file::sanitize("9 bad-name") == "__bad_name");
   CHECK(gs::observe::metrics_file::escape("a\"b\\c\nd") == "a\\\"b\\\\c\\nd");
 }
+
+TEST_CASE("metrics: a collective longer than GRADSYNC_STALL_WARN counts as a stall") {
+  gs::testbed::watchdog wd(60, "stalls");
+  REQUIRE(setenv("GRADSYNC_STALL_WARN", "0.15", 1) == 0);
+  std::vector<std::size_t> stalls(2, 99), total(2, 99);
+  gs::transport::run_local(2, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<1 << 20>> ar(t);
+    std::vector<float> a(100, 1.0f);
+    ar.add(std::span<float>(a), "a");
+    ar.commit(gs::op::sum);
+    ar.ready(0);  // a quick step: no stall
+    ar.wait();
+    if (t.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    ar.ready(0);  // rank 0 waits about 0.6 s for rank 1
+    ar.wait();
+    stalls[t.rank()] = ar.last_stats().stalls;
+    total[t.rank()] = ar.total_stats().stalls;
+  });
+  CHECK(stalls[0] == 1);
+  CHECK(total[0] == 1);
+  CHECK(stalls[1] == 0);  // rank 1 came late: its own collective was short
+  REQUIRE(setenv("GRADSYNC_STALL_WARN", "soon", 1) == 0);
+  gs::transport::run_local(1, [&](local& t) {
+    using ar_t = gs::allreducer<local, gs::algo::ring>;
+    CHECK_THROWS_WITH_AS(ar_t{t}, doctest::Contains("GRADSYNC_STALL_WARN must be a positive"),
+                         gs::error);
+  });
+  REQUIRE(unsetenv("GRADSYNC_STALL_WARN") == 0);
+}

@@ -52,6 +52,21 @@ inline bool default_verify() {
   return cached;
 }
 
+/// How long one collective may run before it counts as a stall (the metrics' stall
+/// count): GRADSYNC_STALL_WARN seconds (> 0) when set, else a tenth of `deadline`, at
+/// least 5 s. Read when an allreducer is made.
+inline seconds_d stall_threshold(seconds_d deadline) {
+  if (const char* s = std::getenv("GRADSYNC_STALL_WARN"); s && *s) {
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end != s && *end == '\0' && v > 0) return seconds_d{v};
+    throw error(
+        errc::invalid_argument, {},
+        std::string("GRADSYNC_STALL_WARN must be a positive number of seconds, got '") + s + "'");
+  }
+  return deadline / 10 > seconds_d{5} ? deadline / 10 : seconds_d{5};
+}
+
 /// A point in time after which a wait gives up with errc::timeout.
 struct deadline {
   clock::time_point at;

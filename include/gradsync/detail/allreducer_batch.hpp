@@ -87,6 +87,7 @@ class batch_runner {
                  "transport=\"" + std::string(Transport::name) + "\",algorithm=\"" +
                      std::string(Algorithm::name) + "\",fusion=\"" + std::string(Fusion::name) +
                      "\",compression=\"" + std::string(Compression::name) + "\""),
+        stall_(stall_threshold(opt.timeout.count() < 0 ? default_timeout() : opt.timeout)),
         bucket_bytes_(bucket_bytes ? bucket_bytes : Fusion::bucket_bytes),
         first_bucket_bytes_(bucket_bytes ? fusion::default_first_bucket(bucket_bytes)
                                          : Fusion::first_bucket_bytes) {
@@ -371,6 +372,7 @@ class batch_runner {
   call_options opt_;
   observe::timeline tl_;
   observe::metrics_file metrics_;                  // GRADSYNC_METRICS: written by publish_locked()
+  seconds_d stall_;                                // a collective this long is a stall
   std::size_t bucket_bytes_, first_bucket_bytes_;  // the plan's caps
   std::vector<fusion::tensor_desc> descs_;
   std::vector<void*> ptrs_;  // registered tensors' memory (the arena's, in zero-copy mode)
@@ -427,6 +429,7 @@ class batch_runner {
                                                           b.stats);
     const auto t1 = steady::now();
     b.stats.seconds += std::chrono::duration<double>(t1 - t0).count();
+    if (t1 - t0 > stall_) ++b.stats.stalls;
     b.stats.per_bucket[k] = {bk.bytes(), b.stats.bytes_encoded - encoded0,
                              b.stats.bytes_wire - wire0};
     event("allreduce", tr, t0, t1, [&] {

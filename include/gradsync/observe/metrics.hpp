@@ -177,6 +177,8 @@ inline bool write_allreducer_metrics(metrics_file& f, const cumulative_stats& c,
   f.set("gradsync_pack_seconds_total", k::counter, "Seconds packing buckets.", c.pack_seconds);
   f.set("gradsync_compress_seconds_total", k::counter, "Seconds in codec passes.",
         c.compress_seconds);
+  f.set("gradsync_stalls_total", k::counter,
+        "Collectives that ran longer than the stall threshold (GRADSYNC_STALL_WARN).", d(c.stalls));
   const double n = d(ranks);
   f.set(
       "gradsync_busbw_gigabytes_per_second", k::gauge,

@@ -42,6 +42,7 @@ struct call_stats {
   double seconds = 0;            ///< first launch to last completion (communication time)
   double pack_seconds = 0;       ///< time spent packing and unpacking buckets
   double compress_seconds = 0;   ///< time spent converting buckets to and from the wire type
+  std::size_t stalls = 0;  ///< collectives longer than the stall threshold (GRADSYNC_STALL_WARN)
 
   /// Compression ratio of the call: bytes_in / bytes_encoded (1 uncompressed).
   double ratio() const {
@@ -67,6 +68,7 @@ struct cumulative_stats {
   double seconds = 0;             ///< time in collectives
   double pack_seconds = 0;        ///< time packing and unpacking
   double compress_seconds = 0;    ///< time in codec passes
+  std::size_t stalls = 0;         ///< collectives longer than the stall threshold
 
   /// Adds one completed call.
   void add(const call_stats& c) {
@@ -79,6 +81,7 @@ struct cumulative_stats {
     seconds += c.seconds;
     pack_seconds += c.pack_seconds;
     compress_seconds += c.compress_seconds;
+    stalls += c.stalls;
   }
 };
 
