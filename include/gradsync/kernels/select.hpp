@@ -198,7 +198,8 @@ void topk_indices(std::uint32_t* idx, T* x, std::size_t count, std::size_t k, to
   // Larger key first; equal keys: lower index first. The k-th largest key decides: every
   // candidate above it is taken, and of those equal to it the first k - above in index
   // order (the candidates are in index order, so the scan emits idx ascending). The
-  // selection runs on the bare keys: a quarter of the bytes a (key, index) sort moves.
+  // selection runs on the bare keys: half the bytes of (key, index) pairs, and a plain
+  // integer compare.
   auto& keys = ws.keys;
   keys.resize(cand.size());
   for (std::size_t j = 0; j < cand.size(); ++j) keys[j] = cand[j].first;
