@@ -71,7 +71,7 @@ class bucket_sync final : public gradient_sync {
                 i < shapes.size() ? shapes[i] : gradsync::matrix_shape{});
     }
     // Collective: every rank registered the same list. Floats only: the trainer's build
-    // instantiates a step per (algorithm, bucket, compression), for this one type.
+    // instantiates a step per (algorithm, compression), for this one type.
     sync_.commit(gradsync::op::avg, gradsync::element_types<float>{});
   }
   void layer_ready(std::size_t l) override {

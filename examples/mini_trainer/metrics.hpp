@@ -18,8 +18,8 @@ class trainer_metrics {
  public:
   trainer_metrics(std::size_t rank, const config& c)
       : f_(gradsync::observe::metrics_file::env_dir(), "mini_trainer", rank,
-           "transport=\"" + c.transport + "\",algo=\"" + c.algo + "\",fusion=\"" + c.fusion +
-               "\",compress=\"" + c.compress + "\""),
+           "transport=\"" + esc(c.transport) + "\",algo=\"" + esc(c.algo) + "\",fusion=\"" +
+               esc(c.fusion) + "\",compress=\"" + esc(c.compress) + "\""),
         batch_(c.batch) {}
 
   /// One step of `step_s` seconds, `sync_s` of them in gradient sync; writes when due.
@@ -37,6 +37,10 @@ class trainer_metrics {
   }
 
  private:
+  static std::string esc(const std::string& v) {
+    return gradsync::observe::metrics_file::escape(v);
+  }
+
   void publish() {
     using k = gradsync::observe::metrics_file::kind;
     const auto now = std::chrono::steady_clock::now();
