@@ -3,6 +3,7 @@
 // GRADSYNC_TIMEOUT environment variable (seconds) or per call.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -15,17 +16,26 @@ namespace gradsync {
 using clock = std::chrono::steady_clock;
 using seconds_d = std::chrono::duration<double>;
 
+namespace detail {
+/// Seconds from environment variable `name`, or `fallback` when it is unset or empty; a
+/// value that is not a number, or not > 0 (>= 0 with `allow_zero`), is an
+/// invalid_argument error naming the variable.
+inline seconds_d env_seconds(const char* name, seconds_d fallback, bool allow_zero = false) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return fallback;
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  if (end != s && *end == '\0' && (v > 0 || (allow_zero && v == 0))) return seconds_d{v};
+  throw error(errc::invalid_argument, {},
+              std::string(name) + " must be a " +
+                  (allow_zero ? "number of seconds >= 0" : "positive number of seconds") +
+                  ", got '" + s + "'");
+}
+}  // namespace detail
+
 /// Reads GRADSYNC_TIMEOUT (seconds, > 0); falls back to 300 s.
 inline seconds_d read_timeout_env() {
-  if (const char* s = std::getenv("GRADSYNC_TIMEOUT"); s && *s) {
-    char* end = nullptr;
-    const double v = std::strtod(s, &end);
-    if (end != s && *end == '\0' && v > 0) return seconds_d{v};
-    throw error(
-        errc::invalid_argument, {},
-        std::string("GRADSYNC_TIMEOUT must be a positive number of seconds, got '") + s + "'");
-  }
-  return seconds_d{300.0};
+  return detail::env_seconds("GRADSYNC_TIMEOUT", seconds_d{300.0});
 }
 
 /// GRADSYNC_TIMEOUT, read once per process: getenv costs ~100 ns, which is a third of an
@@ -56,15 +66,7 @@ inline bool default_verify() {
 /// count): GRADSYNC_STALL_WARN seconds (> 0) when set, else a tenth of `deadline`, at
 /// least 5 s. Read when an allreducer is made.
 inline seconds_d stall_threshold(seconds_d deadline) {
-  if (const char* s = std::getenv("GRADSYNC_STALL_WARN"); s && *s) {
-    char* end = nullptr;
-    const double v = std::strtod(s, &end);
-    if (end != s && *end == '\0' && v > 0) return seconds_d{v};
-    throw error(
-        errc::invalid_argument, {},
-        std::string("GRADSYNC_STALL_WARN must be a positive number of seconds, got '") + s + "'");
-  }
-  return deadline / 10 > seconds_d{5} ? deadline / 10 : seconds_d{5};
+  return detail::env_seconds("GRADSYNC_STALL_WARN", std::max(deadline / 10, seconds_d{5}));
 }
 
 /// A point in time after which a wait gives up with errc::timeout.

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/observe/stats.hpp"
 
@@ -51,14 +52,7 @@ class metrics_file {
   /// GRADSYNC_METRICS_INTERVAL in seconds (>= 0, default 10); another value is an
   /// invalid_argument error naming the variable.
   static double env_interval() {
-    const char* s = std::getenv("GRADSYNC_METRICS_INTERVAL");
-    if (!s || !*s) return 10;
-    char* end = nullptr;
-    const double v = std::strtod(s, &end);
-    if (end != s && *end == '\0' && v >= 0) return v;
-    throw error(
-        errc::invalid_argument, {},
-        std::string("GRADSYNC_METRICS_INTERVAL must be a number of seconds >= 0, got '") + s + "'");
+    return gradsync::detail::env_seconds("GRADSYNC_METRICS_INTERVAL", seconds_d{10}, true).count();
   }
   /// `Name` as Prometheus allows it: [a-zA-Z_:][a-zA-Z0-9_:]*, other characters as '_'.
   static std::string sanitize(std::string_view name) {
