@@ -230,8 +230,8 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
     commit(op, typename base::all_types{});
   }
   /// The same, instantiating the steps for the listed element types only (a trainer of
-  /// floats: element_types<float>{}, about a quarter of the compile time); a registered
-  /// tensor of another type is refused here, naming it.
+  /// floats: element_types<float>{}); a registered tensor of another type is refused
+  /// here, naming it.
   template <class Op, class... Ts>
   void commit(Op op, element_types<Ts...> types) {
     bg_.drain();

@@ -13,8 +13,8 @@
 #define GRADSYNC_HOST_AVX2 0
 #endif
 
-// SSE2 is in x86-64's baseline: used without a run-time check (streaming stores and
-// movemask in kernels/quantize.hpp and kernels/select.hpp); never under nvcc.
+// SSE2 is in x86-64's baseline: used without a run-time check (kernels/select.hpp's
+// compare-and-movemask); never under nvcc.
 #if defined(__SSE2__) && !defined(__CUDACC__)
 #define GRADSYNC_HOST_SSE2 1
 #include <emmintrin.h>
