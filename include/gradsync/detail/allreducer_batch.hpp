@@ -301,7 +301,7 @@ class batch_runner {
     b.stats.bytes_in = b.plan->payload_bytes;
     b.stats.per_bucket.assign(nb, {});
   }
-  void finish_empty(batch& b) { fold_stats(b.stats); }
+  void finish_empty(batch& b) { fold_stats(std::move(b.stats)); }
 
   /// "direct_one_shot x1, direct_two_shot x4" when Algorithm chooses per bucket (it has
   /// choice<Tr>(bytes, n), as algo::auto_select), else empty.
@@ -351,7 +351,7 @@ class batch_runner {
     }
     if (--b.jobs_left == 0) {
       if (b.staging) release_staging(std::move(b.staging));
-      if (!err && !b.done->failed()) fold_stats(b.stats);
+      if (!err && !b.done->failed()) fold_stats(std::move(b.stats));
     }
     b.done->finish_one(err);
   }
@@ -606,12 +606,13 @@ class batch_runner {
     }
   }
 
-  void fold_stats(const observe::call_stats& s) {
+  // Takes the finished batch's stats: its per-bucket vector becomes last_'s, no copy.
+  void fold_stats(observe::call_stats&& s) {
     std::lock_guard lk(stats_m_);
-    last_ = s;
     total_.add(s);
     window_bytes_ += s.bytes_in;
     window_seconds_ += s.seconds;
+    last_ = std::move(s);
     publish_locked(false);
   }
 
