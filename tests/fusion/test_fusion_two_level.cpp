@@ -254,6 +254,39 @@ TEST_CASE("allreducer over two levels: nodes that disagree with each other are n
   }
 }
 
+TEST_CASE("allreducer over two levels: wire bytes are the bytes both levels sent") {
+  gs::testbed::watchdog wd(60, "two-level wire bytes");
+  // 3 nodes x 2 ranks, 6000 floats, ring at both levels. Inside the node each rank sends
+  // its half in both phases (2 x 3000 floats) and one 48-byte header; across the 3 nodes
+  // its 3000-float shard moves as 2 + 2 chunks of 1000 floats, plus 2 headers (Bruck).
+  const std::size_t n = 6, count = 6000;
+  const std::size_t want = (2 * 3000 + 4 * 1000) * sizeof(float) + 3 * sizeof(gs::call_header);
+  std::vector<gs::observe::call_stats> stats(n);
+  std::vector<std::size_t> wrong(n);
+  const auto errors = gs::testbed::run_two_level_shape(3, 2, [&](local a, local b) {
+    two_level t(std::move(a), std::move(b));
+    const std::size_t r = t.rank();
+    gs::allreducer<two_level, gs::algo::hierarchical<>> ar(t, short_options());
+    std::vector<float> x(count);
+    for (std::size_t i = 0; i < count; ++i) x[i] = static_cast<float>((i + r) % 5);
+    ar.allreduce(std::span<float>(x), gs::op::sum);
+    for (std::size_t i = 0; i < count; ++i) {
+      float sum = 0;
+      for (std::size_t q = 0; q < n; ++q) sum += static_cast<float>((i + q) % 5);
+      wrong[r] += x[i] != sum;
+    }
+    stats[r] = ar.last_stats();
+  });
+  for (std::size_t r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(errors[r] == "");
+    CHECK(wrong[r] == 0);
+    CHECK(stats[r].wire_measured);
+    CHECK(stats[r].bytes_in == count * sizeof(float));
+    CHECK(stats[r].bytes_wire == want);
+  }
+}
+
 TEST_CASE("allreducer over two levels: the timeline shows each bucket's three phases") {
   gs::testbed::watchdog wd(60, "two-level timeline");
   const char* dir = std::getenv("TMPDIR");

@@ -69,14 +69,21 @@ struct hierarchical {
   template <class Intra, class Inter, class T, class Op, class Phase>
   static void run_observed(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
                            const call_options& opt, Phase&& phase) {
+    run_on(t, t.intra(), t.inter(), data, op, opt, phase);
+  }
+
+  /// run_observed with every message of the two levels moved through `in` and `out`:
+  /// t.intra() and t.inter() themselves, or wrappers that forward to them (the allreducer
+  /// passes observe::traced_transport, which counts the bytes each level sends).
+  template <class Intra, class Inter, class In, class Out, class T, class Op, class Phase>
+  static void run_on(transport::two_level<Intra, Inter>& t, In& in, Out& out, std::span<T> data,
+                     Op op, const call_options& opt, Phase&& phase) {
     using clock = std::chrono::steady_clock;
-    Intra& in = t.intra();
-    Inter& out = t.inter();
     const deadline until = opt.make_deadline();
     const std::uint64_t in_seq = in.next_seq(), out_seq = out.next_seq();
     const call_context in_c{until, in_seq, data_tag(in_seq)};
     const call_context out_c{until, out_seq, data_tag(out_seq)};
-    if (opt.check) check_arguments<T, Op>(t, data.size(), in_seq, out_seq, until);
+    if (opt.check) check_arguments<T, Op>(t, in, out, data.size(), in_seq, out_seq, until);
     // op::avg: sums at both levels, one division by the whole group on the shard's owner.
     using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
     const std::size_t local = in.size();
@@ -85,15 +92,17 @@ struct hierarchical {
       InterAlgo::run(out, data, level_op{}, out_c);
       in.executor().finalize(data.data(), data.size(), t.size(), op);
       phase("inter_allreduce", i0, clock::now());
-      if (opt.verify) verify_levels(t, in_seq, out_seq, data.data(), data.size_bytes(), until);
+      if (opt.verify) {
+        verify_levels(t, in, out, in_seq, out_seq, data.data(), data.size_bytes(), until);
+      }
       return;
     }
     const std::size_t pieces = tuning::hierarchical_pieces(data.size_bytes(), t.pipelines());
     if (pieces > 1) {
-      return run_pipelined<InterAlgo, level_op>(t, data, op, opt, in_c, out_c, pieces, phase,
-                                                in_seq, out_seq, until);
+      return run_pipelined<InterAlgo, level_op>(t, in, out, data, op, opt, in_c, out_c, pieces,
+                                                phase, in_seq, out_seq, until);
     }
-    detail::ring_pass<Intra, T> pass(in, data, in_c);
+    detail::ring_pass<In, T> pass(in, data, in_c);
     const auto r0 = clock::now();
     pass.reduce_scatter(level_op{}, 0, false);
     const auto r1 = clock::now();
@@ -108,7 +117,8 @@ struct hierarchical {
     phase("intra_reduce_scatter", r0, r1);
     phase("inter_allreduce", r1, i1);
     phase("intra_allgather", i1, g1);
-    if (opt.verify) verify_levels(t, in_seq, out_seq, data.data(), data.size_bytes(), until);
+    if (opt.verify)
+      verify_levels(t, in, out, in_seq, out_seq, data.data(), data.size_bytes(), until);
   }
 
  private:
@@ -116,20 +126,21 @@ struct hierarchical {
   /// i+1 runs while a helper thread (detail/inter_worker.hpp) allreduces piece i's shard
   /// across the nodes, and each piece is allgathered in the node once its shard is back,
   /// so the network is busy from the first piece's shard to the last's.
-  template <class X, class LevelOp, class Intra, class Inter, class T, class Op, class Phase>
-  static void run_pipelined(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
-                            const call_options& opt, const call_context& in_c,
-                            const call_context& out_c, std::size_t pieces, Phase& phase,
-                            std::uint64_t in_seq, std::uint64_t out_seq, deadline until) {
+  template <class X, class LevelOp, class Intra, class Inter, class In, class Out, class T,
+            class Op, class Phase>
+  static void run_pipelined(transport::two_level<Intra, Inter>& t, In& in, Out& out,
+                            std::span<T> data, Op op, const call_options& opt,
+                            const call_context& in_c, const call_context& out_c, std::size_t pieces,
+                            Phase& phase, std::uint64_t in_seq, std::uint64_t out_seq,
+                            deadline until) {
     using clock = std::chrono::steady_clock;
-    Intra& in = t.intra();
-    std::vector<detail::ring_pass<Intra, T>> passes;
+    std::vector<detail::ring_pass<In, T>> passes;
     passes.reserve(pieces);
     std::vector<std::span<T>> shards(pieces);
     clock::time_point i0{}, i1{};
     detail::inter_worker worker([&](std::size_t i) {
       if (i == 0) i0 = clock::now();
-      X::run(t.inter(), shards[i], LevelOp{}, out_c);
+      X::run(out, shards[i], LevelOp{}, out_c);
       in.executor().finalize(shards[i].data(), shards[i].size(), t.size(), op);
       if (i + 1 == pieces) i1 = clock::now();
     });
@@ -153,7 +164,8 @@ struct hierarchical {
     phase("intra_reduce_scatter", r0, r1);
     phase("inter_allreduce", i0, i1);
     phase("intra_allgather", i1, g1);
-    if (opt.verify) verify_levels(t, in_seq, out_seq, data.data(), data.size_bytes(), until);
+    if (opt.verify)
+      verify_levels(t, in, out, in_seq, out_seq, data.data(), data.size_bytes(), until);
   }
 
   /// The header's algorithm field: "hier<" + InterAlgo's name + ">" (a different
@@ -167,10 +179,10 @@ struct hierarchical {
   /// then the ranks of each local index across nodes (equal in every node and in every
   /// column means equal everywhere); errc::diverged on every rank at once
   /// (check/two_levels.hpp).
-  template <class Intra, class Inter>
-  static void verify_levels(transport::two_level<Intra, Inter>& t, std::uint64_t in_seq,
-                            std::uint64_t out_seq, const void* data, std::size_t bytes,
-                            deadline until) {
+  template <class Intra, class Inter, class In, class Out>
+  static void verify_levels(transport::two_level<Intra, Inter>& t, In& in, Out& out,
+                            std::uint64_t in_seq, std::uint64_t out_seq, const void* data,
+                            std::size_t bytes, deadline until) {
     result_record mine;
     mine.bytes = bytes;
     mine.hash = kernels::buffer_hash(data, bytes);
@@ -184,13 +196,13 @@ struct hierarchical {
         [&](auto rank_of) {
           mine.seq = in_seq;
           const std::string d = gradsync::detail::describe_divergence(
-              gradsync::detail::exchange_results(t.intra(), mine, until), rank_of);
+              gradsync::detail::exchange_results(in, mine, until), rank_of);
           if (!d.empty()) fail("inside node " + std::to_string(t.inter().rank()) + ", " + d);
         },
         [&](bool node_failed, auto rank_of) {
           mine.seq = out_seq;
           mine.flags = node_failed ? result_record::poisoned : 0;
-          const auto by_rank = gradsync::detail::exchange_results(t.inter(), mine, until);
+          const auto by_rank = gradsync::detail::exchange_results(out, mine, until);
           if (node_failed) return;  // this node's own finding is rethrown
           for (const result_record& x : by_rank) {
             if (x.flags & result_record::poisoned)
@@ -209,20 +221,20 @@ struct hierarchical {
   /// Agrees on the call inside the node, then across nodes; every rank ends with the same
   /// verdict (check/two_levels.hpp: a node that disagrees joins the cross-node round with
   /// a poisoned header, so the other nodes fail at once too).
-  template <class T, class Op, class Intra, class Inter>
-  static void check_arguments(transport::two_level<Intra, Inter>& t, std::size_t count,
-                              std::uint64_t in_seq, std::uint64_t out_seq, deadline until) {
+  template <class T, class Op, class Intra, class Inter, class In, class Out>
+  static void check_arguments(transport::two_level<Intra, Inter>& t, In& in, Out& out,
+                              std::size_t count, std::uint64_t in_seq, std::uint64_t out_seq,
+                              deadline until) {
     std::vector<call_header> table;
     gradsync::detail::check_two_levels(
         t, errc::mismatch,
         [&](auto rank_of) {
-          agree(t.intra(),
-                call_header::make(in_seq, count, dtype_of<T>::value, Op::id, header_name()), until,
-                table, rank_of);
+          agree(in, call_header::make(in_seq, count, dtype_of<T>::value, Op::id, header_name()),
+                until, table, rank_of);
         },
         [&](bool node_failed, auto rank_of) {
           try {
-            agree(t.inter(),
+            agree(out,
                   call_header::make(out_seq, count, dtype_of<T>::value, Op::id,
                                     node_failed ? poisoned_name : header_name()),
                   until, table, rank_of);

@@ -549,32 +549,45 @@ class batch_runner {
         return;
       }
     }
-    if constexpr (transport::is_two_level_v<Transport>) {  // its phases on the timeline
-      check_two_level_composition<Algorithm, typename Transport::intra_type,
-                                  typename Transport::inter_type, T, Op>();
-      Algorithm::run_observed(
-          t_, s, Op{}, opt_,
-          [&](std::string_view name, steady::time_point b, steady::time_point e) {
-            event(name, tr, b, e, [&] { return "\"elements\":" + std::to_string(count); });
-          });
-    } else {
+    if constexpr (transport::is_two_level_v<Transport>) {
+      run_two_level<T, Op>(s, tr, acc);
+    } else {  // peer memory or the transport's own allreduce: no messages to count
       gradsync::allreduce<Algorithm>(t_, s, Op{}, opt_);
+      acc.bytes_wire += ring_wire_bytes(s.size_bytes(), t_.size());
+      acc.wire_measured = false;
     }
-    acc.bytes_wire += estimated_wire_bytes(s.size_bytes());
-    acc.wire_measured = false;
   }
 
-  /// Bytes this rank sends for one allreduce of `bytes` when they are not counted: a
-  /// ring's 2(n-1)/n, or over two levels a ring inside the node plus a ring of the
-  /// 1/local shard across nodes.
-  std::size_t estimated_wire_bytes(std::size_t bytes) const {
-    auto ring = [](std::size_t b, std::size_t n) { return n > 1 ? b * 2 * (n - 1) / n : 0; };
-    if constexpr (transport::is_two_level_v<Transport>) {
-      const std::size_t local = t_.intra().size();
-      return ring(bytes, local) + ring(bytes / local, t_.inter().size());
+  /// Over two levels: the phases on the timeline, and the bytes each level sends counted
+  /// by a traced_transport around it (the node's ring always; the inter-node algorithm
+  /// when it is generic, else, for algo::native, the ring model of the shard).
+  template <class T, class Op>
+  void run_two_level(std::span<T> s, observe::track tr, observe::call_stats& acc) {
+    using intra_t = typename Transport::intra_type;
+    using inter_t = typename Transport::inter_type;
+    using inter_algo = typename Algorithm::inter_algorithm;
+    check_two_level_composition<Algorithm, intra_t, inter_t, T, Op>();
+    auto phase = [&](std::string_view name, steady::time_point b, steady::time_point e) {
+      event(name, tr, b, e, [&] { return "\"elements\":" + std::to_string(s.size()); });
+    };
+    observe::traced_transport<intra_t> in(t_.intra(), &tl_, tr);
+    if constexpr (observe::traces_steps_v<inter_algo, inter_t>) {
+      observe::traced_transport<inter_t> out(t_.inter(), &tl_, tr);
+      Algorithm::run_on(t_, in, out, s, Op{}, opt_, phase);
+      acc.bytes_wire += in.bytes_sent() + out.bytes_sent();
     } else {
-      return ring(bytes, t_.size());
+      Algorithm::run_on(t_, in, t_.inter(), s, Op{}, opt_, phase);
+      const std::size_t local = t_.intra().size();
+      acc.bytes_wire +=
+          in.bytes_sent() + ring_wire_bytes(s.size_bytes() / local, t_.inter().size());
+      acc.wire_measured = false;
     }
+  }
+
+  /// Bytes a rank sends in a ring allreduce of `bytes` over n ranks, 2(n-1)/n of them: the
+  /// model for collectives whose messages gradsync does not see.
+  static std::size_t ring_wire_bytes(std::size_t bytes, std::size_t n) {
+    return n > 1 ? bytes * 2 * (n - 1) / n : 0;
   }
 
   void note_failure(const std::exception_ptr& e, std::size_t bucket) {
