@@ -19,6 +19,8 @@
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
+#include <gradsync/kernels/lowrank.hpp>
+#include <gradsync/kernels/radix_select.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 
 #include "watchdog.hpp"
@@ -177,6 +179,125 @@ TEST_CASE("topk: the k largest magnitudes, ties to the lower index, as a full so
         CHECK(got == topk_by_sort(v, k));
       }
     }
+  }
+}
+
+namespace {
+// kernels/select.cuh's steps run one after another on the CPU: a histogram per key byte of
+// the keys still in the running, radix_narrow, then the tie ranks and the keep flags in
+// index order (what DeviceScan and DeviceSelect compute).
+template <class T>
+std::vector<std::uint32_t> topk_as_device(const std::vector<T>& x, std::size_t k) {
+  using K = gs::kernels::magnitude_key_t<T>;
+  gs::kernels::radix_state<K> s{0, 0, k};
+  for (unsigned pass = 0; pass < gs::kernels::radix_passes<K>; ++pass) {
+    std::vector<unsigned long long> hist(gs::kernels::radix_bins);
+    for (const T v : x) {
+      const K key = gs::kernels::magnitude_key(v);
+      if (gs::kernels::radix_in_running(key, s)) ++hist[gs::kernels::radix_digit(key, pass)];
+    }
+    gs::kernels::radix_narrow(s, hist.data(), pass);
+  }
+  std::vector<std::uint32_t> out;
+  std::size_t tie_rank = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const K key = gs::kernels::magnitude_key(x[i]);
+    if (gs::kernels::topk_keeps(key, s.prefix, tie_rank, s.want))
+      out.push_back(static_cast<std::uint32_t>(i));
+    tie_rank += key == s.prefix;
+  }
+  return out;
+}
+
+template <class T>
+void check_topk_as_device() {
+  for (std::size_t count : {2u, 10u, 1000u, 100000u}) {
+    for (std::size_t levels : {3u, 1000u, 0u}) {  // many ties, some, none
+      std::vector<T> v(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        const T u = static_cast<T>(noise(count + levels, i));
+        v[i] = levels ? std::round(u * static_cast<T>(levels)) : u;
+      }
+      for (std::size_t k : {std::size_t{1}, count / 100 + 1, count / 3 + 1, count - 1}) {
+        CAPTURE(count);
+        CAPTURE(levels);
+        CAPTURE(k);
+        std::vector<std::uint32_t> host(k);
+        gs::kernels::topk_indices(host.data(), v.data(), count, k);
+        CHECK(topk_as_device(v, k) == host);
+      }
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("topk: the device's radix select picks the host's indices (kernels/select.cuh)") {
+  check_topk_as_device<float>();
+  check_topk_as_device<double>();
+  // Signs, zeros and an Inf: keys order magnitudes, and the tie at |2| goes low.
+  const std::vector<float> x = {-0.0f, 2.0f, -INFINITY, -2.0f, 0.0f, 1.0f, 2.0f};
+  CHECK(topk_as_device(x, 2) == std::vector<std::uint32_t>{1, 2});
+  CHECK(topk_as_device(x, 4) == std::vector<std::uint32_t>{1, 2, 3, 6});
+}
+
+namespace {
+template <std::size_t R, class T>
+void check_lowrank_functors(std::size_t rows, std::size_t cols) {
+  CAPTURE(R);
+  CAPTURE(rows);
+  CAPTURE(cols);
+  namespace k = gs::kernels;
+  std::vector<T> m(rows * cols), qt(R * cols), qmine(R * cols);
+  for (std::size_t i = 0; i < m.size(); ++i) m[i] = static_cast<T>(noise(rows + cols, i));
+  k::seeded_uniform(qt.data(), qt.size(), 7);
+  for (std::size_t i = 0; i < qmine.size(); ++i) qmine[i] = k::seeded_value<T>(9, i);
+  // P = M Q: the host loop against the lanes and their finish, element by element.
+  std::vector<T> pt(R * rows), pt_f(R * rows);
+  k::lowrank_mq<R>(pt.data(), m.data(), static_cast<const T*>(nullptr), qt.data(), rows, cols);
+  constexpr std::size_t w = k::lowrank_lanes<T>;
+  for (std::size_t i = 0; i < rows; ++i) {
+    for (std::size_t c = 0; c < R; ++c) {
+      T lanes[w];
+      for (std::size_t l = 0; l < w; ++l)
+        lanes[l] = k::mq_lane(&m[i * cols], &qt[c * cols], cols, l);
+      pt_f[c * rows + i] = k::mq_finish(lanes, &m[i * cols], &qt[c * cols], cols);
+    }
+  }
+  CHECK(std::memcmp(pt.data(), pt_f.data(), pt.size() * sizeof(T)) == 0);
+  k::orthonormalise(pt.data(), rows, R);
+  // Q = M^T P.
+  std::vector<T> q2(R * cols), q2_f(R * cols);
+  k::lowrank_mtp<R>(q2.data(), m.data(), pt.data(), rows, cols);
+  for (std::size_t c = 0; c < R; ++c) {
+    for (std::size_t j = 0; j < cols; ++j)
+      q2_f[c * cols + j] = k::mtp_element(m.data(), pt.data(), rows, cols, c, j);
+  }
+  CHECK(std::memcmp(q2.data(), q2_f.data(), q2.size() * sizeof(T)) == 0);
+  // M = P Q^T * scale, with and without the residual.
+  for (bool with_residual : {false, true}) {
+    CAPTURE(with_residual);
+    std::vector<T> a = m, b = m, ra(m.size()), rb(m.size());
+    T* res_a = with_residual ? ra.data() : nullptr;
+    T* res_b = with_residual ? rb.data() : nullptr;
+    k::lowrank_pqt<R>(a.data(), res_a, pt.data(), q2.data(), qmine.data(), rows, cols, T(1) / T(3));
+    for (std::size_t i = 0; i < rows; ++i) {
+      for (std::size_t j = 0; j < cols; ++j)
+        k::pqt_element<R>(b.data(), res_b, pt.data(), q2.data(), qmine.data(), rows, cols,
+                          T(1) / T(3), i, j);
+    }
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+    CHECK(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(T)) == 0);
+  }
+}
+}  // namespace
+
+TEST_CASE("powersgd: the device kernels' per-element functors give the host loops' bits") {
+  // Columns with and without a tail past the lanes (8 floats, 4 doubles).
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<std::size_t, std::size_t>>{{7, 64}, {33, 29}, {100, 37}, {5, 3}}) {
+    check_lowrank_functors<1, float>(rows, cols);
+    check_lowrank_functors<4, float>(rows, cols);
+    check_lowrank_functors<4, double>(rows, cols);
   }
 }
 

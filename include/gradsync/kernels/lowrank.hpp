@@ -4,7 +4,9 @@
 // contiguous row of M, read once per product: P = M Q (R dot products per row, in fixed
 // lanes so that the sums vectorise without reassociation), Q = M^T P and M = P Q^T (R
 // axpys per row, fused). Plus Gram-Schmidt on P's columns. The same order of operations
-// on every rank and CPU, so the same bits.
+// on every rank and CPU, so the same bits. The per-element functors at the end compute
+// each output in that order; kernels/lowrank.cuh runs them on a GPU, and the CPU tests
+// check them against the loops.
 #pragma once
 
 #include <cmath>
@@ -13,6 +15,7 @@
 
 #include "gradsync/config.hpp"
 #include "gradsync/kernels/cpu_features.hpp"
+#include "gradsync/kernels/rounding.hpp"
 
 namespace gradsync::kernels {
 
@@ -173,38 +176,101 @@ void lowrank_pqt(T* m, T* residual, const T* pt, const T* qt, const T* qmine_t, 
 }
 
 /// Orthonormalises the r columns of P (rows of Pt, length m) in place by modified
-/// Gram-Schmidt; a column that vanishes (below 1e-30 of norm) is set to zero.
+/// Gram-Schmidt; a column that vanishes (below 1e-30 of norm) is set to zero. Sequential
+/// sums: one GPU thread runs it as it is (kernels/lowrank.cuh).
 template <class T>
-void orthonormalise(T* pt, std::size_t m, std::size_t r) {
+GRADSYNC_HOST_DEVICE void orthonormalise(T* pt, std::size_t m, std::size_t r) {
   for (std::size_t c = 0; c < r; ++c) {
     T* v = pt + c * m;
     for (std::size_t d = 0; d < c; ++d) {
       const T* u = pt + d * m;
       T dot = 0;
-      for (std::size_t i = 0; i < m; ++i) dot += u[i] * v[i];
-      for (std::size_t i = 0; i < m; ++i) v[i] -= dot * u[i];
+      for (std::size_t i = 0; i < m; ++i) dot = add_rn(dot, mul_rn(u[i], v[i]));
+      for (std::size_t i = 0; i < m; ++i) v[i] -= mul_rn(dot, u[i]);
     }
     T norm = 0;
-    for (std::size_t i = 0; i < m; ++i) norm += v[i] * v[i];
+    for (std::size_t i = 0; i < m; ++i) norm = add_rn(norm, mul_rn(v[i], v[i]));
+#if defined(__CUDA_ARCH__)
+    norm = sqrt(norm);  // correctly rounded, as std::sqrt (nvcc's default -prec-sqrt=true)
+#else
     norm = std::sqrt(norm);
+#endif
     const T inv = norm > T(1e-30) ? T(1) / norm : T(0);
-    for (std::size_t i = 0; i < m; ++i) v[i] *= inv;
+    for (std::size_t i = 0; i < m; ++i) v[i] = mul_rn(v[i], inv);
   }
 }
 
-/// The shared-seed start of Q (the same on every rank): uniform in [-1, 1) from
-/// (seed, index), a splitmix64 hash.
+/// Element i of the shared-seed start of Q: uniform in [-1, 1) from (seed, i), a
+/// splitmix64 hash (the same on every rank and device).
+template <class T>
+GRADSYNC_HOST_DEVICE inline T seeded_value(std::uint64_t seed, std::size_t i) {
+  std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + (i + 1) * 0xbf58476d1ce4e5b9ull;
+  z ^= z >> 30;
+  z *= 0xbf58476d1ce4e5b9ull;
+  z ^= z >> 27;
+  z *= 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<T>(static_cast<double>(z >> 11) / double(1ull << 52) - 1.0);
+}
+
+/// The shared-seed start of Q: out[i] = seeded_value(seed, i).
 template <class T>
 void seeded_uniform(T* out, std::size_t count, std::uint64_t seed) {
-  for (std::size_t i = 0; i < count; ++i) {
-    std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + (i + 1) * 0xbf58476d1ce4e5b9ull;
-    z ^= z >> 30;
-    z *= 0xbf58476d1ce4e5b9ull;
-    z ^= z >> 27;
-    z *= 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    out[i] = static_cast<T>(static_cast<double>(z >> 11) / double(1ull << 52) - 1.0);
+  for (std::size_t i = 0; i < count; ++i) out[i] = seeded_value<T>(seed, i);
+}
+
+// ---- per-element functors: each output of the loops above, in their order -------------
+
+/// The lanes of lowrank_mq's dot products: its vector width, the same in every build.
+template <class T>
+inline constexpr std::size_t lowrank_lanes = 32 / sizeof(T);
+
+/// Lane k (< lowrank_lanes<T>) of the dot product of a row of M with a row q of Qt: the
+/// products of the columns j = k (mod lanes) before the tail, summed in column order.
+template <class T>
+GRADSYNC_HOST_DEVICE inline T mq_lane(const T* row, const T* q, std::size_t cols, std::size_t k) {
+  constexpr std::size_t w = lowrank_lanes<T>;
+  const std::size_t body = cols - cols % w;
+  T s = 0;
+  for (std::size_t j = k; j < body; j += w) s = add_rn(s, mul_rn(row[j], q[j]));
+  return s;
+}
+
+/// Pt[c][i] from its lanes (`lanes[k]`, as mq_lane gives them): the lanes in order, then
+/// the tail's products.
+template <class T>
+GRADSYNC_HOST_DEVICE inline T mq_finish(const T* lanes, const T* row, const T* q,
+                                        std::size_t cols) {
+  constexpr std::size_t w = lowrank_lanes<T>;
+  T s = 0;
+  for (std::size_t k = 0; k < w; ++k) s = add_rn(s, lanes[k]);
+  for (std::size_t j = cols - cols % w; j < cols; ++j) s = add_rn(s, mul_rn(row[j], q[j]));
+  return s;
+}
+
+/// Qt[c][j] of lowrank_mtp: the rows' products summed in row order.
+template <class T>
+GRADSYNC_HOST_DEVICE inline T mtp_element(const T* m, const T* pt, std::size_t rows,
+                                          std::size_t cols, std::size_t c, std::size_t j) {
+  T s = 0;
+  for (std::size_t i = 0; i < rows; ++i) s = add_rn(s, mul_rn(pt[c * rows + i], m[i * cols + j]));
+  return s;
+}
+
+/// M[i][j] of lowrank_pqt (and, with qmine_t, the residual before it): R products each,
+/// summed in factor order.
+template <std::size_t R, class T>
+GRADSYNC_HOST_DEVICE inline void pqt_element(T* m, T* residual, const T* pt, const T* qt,
+                                             const T* qmine_t, std::size_t rows, std::size_t cols,
+                                             T scale, std::size_t i, std::size_t j) {
+  T mine = 0, all = 0;
+  for (std::size_t c = 0; c < R; ++c) {
+    const T p = pt[c * rows + i];
+    if (residual) mine = add_rn(mine, mul_rn(p, qmine_t[c * cols + j]));
+    all = add_rn(all, mul_rn(mul_rn(p, scale), qt[c * cols + j]));
   }
+  if (residual) residual[i * cols + j] = m[i * cols + j] - mine;
+  m[i * cols + j] = all;
 }
 
 }  // namespace gradsync::kernels

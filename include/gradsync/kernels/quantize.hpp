@@ -16,6 +16,7 @@
 #include "gradsync/config.hpp"
 #include "gradsync/kernels/cpu_features.hpp"
 #include "gradsync/kernels/magnitude.hpp"
+#include "gradsync/kernels/rounding.hpp"
 
 namespace gradsync::kernels {
 
@@ -24,21 +25,6 @@ namespace gradsync::kernels {
 /// subtracting 1.5 * 2^mantissa rounds without a libm call, and the clamp is an integer
 /// min / max, so the loop vectorises (under -ffast-math the rounding truncates: still the
 /// same on every rank).
-/// x * y rounded once, never fused with a following add (nvcc fuses by default), so a
-/// GPU computes the codes and residuals the CPU tests check.
-template <class F>
-GRADSYNC_HOST_DEVICE inline F mul_rn(F x, F y) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<F, float>) {
-    return __fmul_rn(x, y);
-  } else {
-    return __dmul_rn(x, y);
-  }
-#else
-  return x * y;
-#endif
-}
-
 template <class F>
 GRADSYNC_HOST_DEVICE inline std::int8_t quant_code(F x, F inv, int levels) {
   const F magic = std::is_same_v<F, float> ? F(12582912.0f) : F(6755399441055744.0);
