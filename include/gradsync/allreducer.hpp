@@ -2,6 +2,11 @@
 // The façade: allreducer<Transport, Algorithm, Fusion, Compression> composes the four
 // policies into one object that keeps state across calls: the bucket plan of a model's
 // registered gradients, the background progress thread, statistics and the timeline.
+// Its parts, one job each (detail/): tensor_registry (registration, the agreed plan, the
+// arena), bucket_runner (one bucket's collective or codec), batch (an operation's buckets,
+// packed and unpacked), step_gate (which buckets of a step may launch), staging_pool,
+// call_ledger (statistics, failures, metrics). The façade orders the work and owns the
+// progress thread.
 // Transport is one transport, or a transport::two_level with algo::hierarchical (buckets
 // go through the node's transport and across nodes; everything else is the same).
 //
@@ -41,13 +46,18 @@
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/log.hpp"
-#include "gradsync/detail/allreducer_batch.hpp"
+#include "gradsync/detail/batch.hpp"
+#include "gradsync/detail/bucket_runner.hpp"
+#include "gradsync/detail/call_ledger.hpp"
+#include "gradsync/detail/staging_pool.hpp"
+#include "gradsync/detail/step_gate.hpp"
+#include "gradsync/detail/tensor_registry.hpp"
+#include "gradsync/detail/thread_level.hpp"
 #include "gradsync/fusion/arena.hpp"
 #include "gradsync/fusion/bucket.hpp"
 #include "gradsync/fusion/concept.hpp"
 #include "gradsync/fusion/none.hpp"
 #include "gradsync/fusion/plan.hpp"
-#include "gradsync/fusion/plan_check.hpp"
 #include "gradsync/fusion/tensor.hpp"
 #include "gradsync/observe/metrics.hpp"
 #include "gradsync/observe/stats.hpp"
@@ -81,7 +91,7 @@ template <class Transport,  ///< who moves the bytes (transport_policy, or a two
           class Algorithm,  ///< how ranks combine (algorithm_for<., Transport>; hierarchical)
           class Fusion = fusion::none,         ///< how tensors become messages (fusion_policy)
           class Compression = compress::none>  ///< what goes on the wire (compress/)
-class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Compression> {
+class allreducer {
   static constexpr bool two_level = transport::is_two_level_v<Transport>;
   static_assert(transport_policy<Transport> || two_level,
                 "gradsync::allreducer: the first parameter must satisfy gradsync::transport_policy "
@@ -105,8 +115,13 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
                 "gradsync::allreducer: compression codes buckets on the host (casts, int8, "
                 "topk); with a device-memory transport use compress::none");
 
-  using base = detail::batch_runner<Transport, Algorithm, Fusion, Compression>;
-  using batch = typename base::batch;
+  using steady = std::chrono::steady_clock;
+  using runner = detail::bucket_runner<Transport, Algorithm, Compression>;
+  using step_table = typename runner::step_table;
+  using batch = detail::batch<step_table>;
+  /// The element types built unless commit() is given a list. No int8: int8_t is
+  /// compress::int8's wire type, and a slot would build every algorithm for it.
+  using all_types = element_types<float, double, half, bfloat16, std::int32_t, std::int64_t>;
 
  public:
   using transport_type = Transport;      ///< the Transport parameter
@@ -119,16 +134,26 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
       : allreducer(t, allreducer_options{opt}) {}
   /// Borrows `t`, with the deadline, progress thread, timeline, bucket cap and metrics of `o`.
   allreducer(Transport& t, allreducer_options o)
-      : base(t, o.call, o.timeline, o.bucket_bytes, o.metrics, o.metrics_job),
+      : t_(t),
+        opt_(o.call),
+        tl_(o.timeline, t.rank()),
+        ledger_(t.rank(), t.size(), o.metrics, o.metrics_job,
+                "transport=\"" + std::string(Transport::name) + "\",algorithm=\"" +
+                    std::string(Algorithm::name) + "\",fusion=\"" + std::string(Fusion::name) +
+                    "\",compression=\"" + std::string(Compression::name) + "\""),
+        reg_(t.rank(), o.bucket_bytes),
+        pool_(t),
+        runner_(t, opt_, tl_, pool_),
+        stall_(stall_threshold(opt_.timeout.count() < 0 ? default_timeout() : opt_.timeout)),
         bg_(o.background_thread, o.progress_nice) {
     if (o.background_thread) detail::check_thread_level(t);
     log(log_level::info, t.rank(),
         "allreducer: transport=%s algorithm=%s fusion=%s (bucket %zu B, first %zu B) "
         "compression=%s ranks=%zu progress=%s timeline=%s",
         std::string(Transport::name).c_str(), std::string(Algorithm::name).c_str(),
-        std::string(Fusion::name).c_str(), this->bucket_bytes_, this->first_bucket_bytes_,
+        std::string(Fusion::name).c_str(), reg_.bucket_bytes(), reg_.first_bucket_bytes(),
         std::string(Compression::name).c_str(), t.size(), o.background_thread ? "thread" : "inline",
-        this->tl_.enabled() ? this->tl_.path().c_str() : "off");
+        tl_.enabled() ? tl_.path().c_str() : "off");
   }
   allreducer(const allreducer&) = delete;
   allreducer& operator=(const allreducer&) = delete;
@@ -138,17 +163,17 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   /// the metrics file.
   ~allreducer() {
     bg_.stop();
-    if (step_ && next_launch_ < this->plan_.buckets.size()) {
+    if (step_ && gate_.next() < reg_.plan().buckets.size()) {
       auto e = std::make_exception_ptr(
-          error(errc::invalid_argument, {this->t_.rank(), error_site::npos, ~std::uint64_t{0}},
+          error(errc::invalid_argument, site(),
                 "the allreducer was destroyed before every tensor of the step was marked ready"));
-      for (std::size_t b = next_launch_; b < this->plan_.buckets.size(); ++b)
+      for (std::size_t b = gate_.next(); b < reg_.plan().buckets.size(); ++b)
         step_->done->finish_one(e);
     }
-    if (this->tl_.enabled() && !this->tl_.write()) {
-      log(log_level::warn, this->t_.rank(), "cannot write timeline %s", this->tl_.path().c_str());
+    if (tl_.enabled() && !tl_.write()) {
+      log(log_level::warn, t_.rank(), "cannot write timeline %s", tl_.path().c_str());
     }
-    this->publish_metrics();
+    ledger_.publish();
   }
 
   // ---- one tensor, and grouped lists -------------------------------------------------
@@ -175,12 +200,12 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   /// counts and types in the same order.
   template <class Op>
   void allreduce(std::span<const tensor_ref> list, Op op) {
-    run_list(list, op, false, typename base::all_types{}).wait();
+    run_list(list, op, false, all_types{}).wait();
   }
   /// The grouped call, queued on the progress thread.
   template <class Op>
   pending allreduce_async(std::span<const tensor_ref> list, Op op) {
-    return run_list(list, op, true, typename base::all_types{});
+    return run_list(list, op, true, all_types{});
   }
   /// The grouped call over tensors of one type T (instantiates T's steps only).
   template <class T, class Op>
@@ -200,7 +225,7 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
                   "gradsync::allreducer with fusion::zero_copy owns the gradients: register "
                   "them with add<T>(count) and write them through view<T>(i), or use "
                   "fusion::bucket<Bytes> to keep them in your own memory");
-    return this->register_tensor(tensor_ref(grad), std::move(name));
+    return reg_.add(tensor_ref(grad), std::move(name));
   }
   /// The same for a tensor that is a row-major rows x cols matrix (rows * cols elements),
   /// which compress::powersgd compresses as one; the shape is part of the plan every rank
@@ -211,7 +236,7 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
                   "gradsync::allreducer with fusion::zero_copy owns the gradients: register "
                   "them with add<T>(count) and write them through view<T>(i), or use "
                   "fusion::bucket<Bytes> to keep them in your own memory");
-    return this->register_tensor(tensor_ref(grad), std::move(name), shape);
+    return reg_.add(tensor_ref(grad), std::move(name), shape);
   }
   /// Zero-copy: registers a tensor of `count` elements of T that gradsync allocates in
   /// its arena (available through view<T>(i) after commit()); returns its index.
@@ -221,53 +246,64 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
                   "gradsync::allreducer::add<T>(count) allocates the gradient in gradsync's "
                   "arena and needs fusion::zero_copy<Bytes>; with other fusion policies pass "
                   "your tensor as add(std::span<T>)");
-    return this->register_tensor(tensor_ref(nullptr, count, dtype_of<T>::value), std::move(name));
+    return reg_.add(tensor_ref(nullptr, count, dtype_of<T>::value), std::move(name));
   }
   /// Computes the bucket plan and checks, with every rank, that all registered the same
   /// list (errc::mismatch naming the first differing tensor otherwise). Collective.
   template <class Op = op::sum_t>
   void commit(Op op = {}) {
-    commit(op, typename base::all_types{});
+    commit(op, all_types{});
   }
   /// The same, instantiating the steps for the listed element types only (a trainer of
   /// floats: element_types<float>{}); a registered tensor of another type is refused
   /// here, naming it.
   template <class Op, class... Ts>
-  void commit(Op op, element_types<Ts...> types) {
+  void commit(Op, element_types<Ts...> types) {
+    using listed = element_types<Ts...>;
     bg_.drain();
-    this->commit_plan(op, types);
-    step_runners_ = base::template runners<Op>(types);
+    const step_table table = runner::template steps<Op>(types);
+    reg_.commit(t_, opt_.make_deadline(), op_name(Op::id), [&](std::size_t i) {
+      const dtype d = reg_.desc(i).type;
+      if (!table[static_cast<std::size_t>(d)]) {
+        throw error(errc::invalid_argument, site(),
+                    "tensor #" + std::to_string(i) + reg_.label(i) + " is " +
+                        std::string(dtype_name(d)) + runner::template refusal<listed>(d, Op::id));
+      }
+    });
+    plan_chosen_ = runner_.choices(reg_.plan());  // the same for every step of this plan
+    codec_state_.assign(reg_.plan().buckets.size(), nullptr);  // a new plan starts codecs afresh
+    step_steps_ = table;
   }
   /// Zero-copy: tensor i's storage in the arena (valid for the allreducer's lifetime).
   template <class T>
   std::span<T> view(std::size_t i) {
-    return this->template arena_view<T>(i);
+    static_assert(fusion::is_zero_copy_v<Fusion> && is_element_type_v<T>,
+                  "gradsync::allreducer::view<T>(i) needs fusion::zero_copy<Bytes>");
+    return reg_.template view<T>(i);
   }
   /// The committed bucket plan (empty before commit()).
-  const fusion::plan& plan() const { return this->plan_; }
+  const fusion::plan& plan() const { return reg_.plan(); }
   /// How many tensors are registered.
-  std::size_t tensor_count() const { return this->descs_.size(); }
+  std::size_t tensor_count() const { return reg_.size(); }
 
   /// Marks registered tensor i's gradient final for this step; launches, in plan order,
   /// every bucket whose tensors are now all ready. A step is open from its first ready()
   /// until wait() or allreduce_async() ends it; the next ready() opens the next step.
   void ready(std::size_t i) {
-    this->check_index(i);
+    reg_.check_index(i);
     start_step_if_needed();
-    if (ready_[i]) {
-      throw error(errc::invalid_argument, {this->t_.rank(), error_site::npos, ~std::uint64_t{0}},
-                  "tensor #" + std::to_string(i) + this->tensor_label(i) +
+    if (!gate_.mark(i)) {
+      throw error(errc::invalid_argument, site(),
+                  "tensor #" + std::to_string(i) + reg_.label(i) +
                       " was marked ready twice in one step; call wait() to end the step first");
     }
-    ready_[i] = 1;
-    --missing_[this->plan_.tensor_bucket[i]];
     launch_ready_buckets();
   }
   /// Ends the open step (or opens and ends a new one): marks every tensor not yet marked
   /// ready and returns the step's handle. Wait on it (or call wait()) before the next
   /// ready().
   pending allreduce_async() {
-    this->require_committed();
+    reg_.require_committed();
     start_step_if_needed();
     launch_rest();
     phase_ = step_phase::closed;
@@ -278,8 +314,8 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   /// first error of the step. After allreduce_async() it waits for that step, unless
   /// its handle was already waited on; with no step open it runs a whole step.
   void wait() {
-    this->require_committed();
-    const auto t0 = std::chrono::steady_clock::now();
+    reg_.require_committed();
+    const auto t0 = steady::now();
     if (phase_ == step_phase::closed && step_->done->waited()) phase_ = step_phase::idle;
     if (phase_ != step_phase::closed) {  // idle: a whole step with every tensor ready
       start_step_if_needed();
@@ -287,7 +323,7 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
     }
     phase_ = step_phase::idle;
     pending(step_->done).wait();
-    this->tl_.complete("wait", observe::track::caller, t0, std::chrono::steady_clock::now());
+    tl_.complete("wait", observe::track::caller, t0, steady::now());
   }
   /// True when the current step (if any) has completed.
   bool test() const { return !step_ || step_->done->done(); }
@@ -295,21 +331,21 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
   // ---- observability -------------------------------------------------------------------
 
   /// Statistics of the last completed call (step, grouped call or tensor).
-  observe::call_stats last_stats() const { return this->stats_snapshot().first; }
+  observe::call_stats last_stats() const { return ledger_.snapshot().first; }
   /// Totals over every completed call.
-  observe::cumulative_stats total_stats() const { return this->stats_snapshot().second; }
+  observe::cumulative_stats total_stats() const { return ledger_.snapshot().second; }
   /// One line for trainers to print, e.g. every N steps.
   std::string summary() const {
-    const auto s = this->stats_snapshot();
-    return observe::summary_line(this->t_.rank(), s.first, s.second);
+    const auto s = ledger_.snapshot();
+    return observe::summary_line(t_.rank(), s.first, s.second);
   }
   /// The timeline (GRADSYNC_TIMELINE); write() flushes it to its file now.
-  const observe::timeline& timeline() const { return this->tl_; }
+  const observe::timeline& timeline() const { return tl_; }
 
   /// The borrowed transport.
-  Transport& transport() { return this->t_; }
+  Transport& transport() { return t_; }
   /// The options every collective of this allreducer runs with.
-  const call_options& options() const { return this->opt_; }
+  const call_options& options() const { return opt_; }
 
  private:
   /// The composition checks of one call with element type T and op Op.
@@ -323,71 +359,191 @@ class allreducer : private detail::batch_runner<Transport, Algorithm, Fusion, Co
     }
   }
 
+  error_site site() const { return {t_.rank(), error_site::npos, ~std::uint64_t{0}}; }
+
+  // ---- batches: made here, run bucket by bucket on whatever thread posts them ------------
+
   /// `types`: the element types to instantiate steps for (a typed call's T only; a list
   /// of tensor_refs: all of them).
   template <class Op, class Types>
-  [[nodiscard]] pending run_list(std::span<const tensor_ref> list, Op op, bool async, Types types) {
-    (void)op;
-    this->throw_if_broken();
+  [[nodiscard]] pending run_list(std::span<const tensor_ref> list, Op, bool async, Types types) {
+    ledger_.throw_if_broken();
     if (!async || !bg_.enabled()) bg_.drain();
-    auto b = this->make_list_batch(list, base::template runners<Op>(types));
+    auto b = make_list_batch(list, runner::template steps<Op>(types));
     const observe::track tr =
         async && bg_.enabled() ? observe::track::progress : observe::track::caller;
     for (std::size_t k = 0; k < b->plan->buckets.size(); ++k) post(b, k, tr, async);
-    if (b->plan->buckets.empty()) this->finish_empty(*b);
+    if (b->plan->buckets.empty()) ledger_.fold(std::move(b->stats));
     return pending(b->done);
+  }
+
+  std::shared_ptr<batch> make_list_batch(std::span<const tensor_ref> list,
+                                         const step_table& table) {
+    auto b = std::make_shared<batch>();
+    std::vector<fusion::tensor_desc> descs(list.size());
+    b->own_ptrs.resize(list.size());
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].data && list[i].count) {
+        throw error(errc::invalid_argument, site(),
+                    "tensor #" + std::to_string(i) + " of the list has a null pointer");
+      }
+      if (!table[static_cast<std::size_t>(list[i].type)]) {
+        throw error(errc::invalid_argument, site(),
+                    "tensor #" + std::to_string(i) + " of the list is " +
+                        std::string(dtype_name(list[i].type)) +
+                        (list[i].type == dtype::i8
+                             ? runner::int8_refusal()
+                             : ", which the op cannot take (op::avg needs a floating-point type)"));
+      }
+      descs[i] = {list[i].count, list[i].type, {}};
+      b->own_ptrs[i] = list[i].data;
+    }
+    // Grouped calls keep the caller's order: there is no backward pass to follow.
+    b->own_plan = fusion::make_plan(descs, reg_.bucket_bytes(), reg_.first_bucket_bytes(),
+                                    fusion::order::registration);
+    b->plan = &b->own_plan;
+    b->ptrs = &b->own_ptrs;
+    if (std::any_of(b->own_plan.buckets.begin(), b->own_plan.buckets.end(),
+                    [](const auto& k) { return k.tensors.size() > 1; })) {
+      b->staging = pool_.acquire(b->own_plan.layout_bytes);
+      b->layout = b->staging->data();
+    }
+    b->steps = table;
+    init_batch(*b, runner_.choices(b->own_plan));
+    return b;
+  }
+
+  std::shared_ptr<batch> make_step_batch() {
+    auto b = std::make_shared<batch>();
+    b->plan = &reg_.plan();
+    b->ptrs = &reg_.ptrs();
+    b->layout = reg_.layout();
+    b->packed = !fusion::is_zero_copy_v<Fusion>;
+    b->registered = true;
+    b->steps = step_steps_;
+    init_batch(*b, plan_chosen_);
+    return b;
+  }
+
+  void init_batch(batch& b, const std::string& chosen) {
+    const std::size_t nb = b.plan->buckets.size();
+    b.done = std::make_shared<detail::completion>(nb);
+    b.jobs_left = nb;
+    b.stats.ranks = t_.size();
+    b.stats.algorithm = Algorithm::name;
+    b.stats.chosen = chosen;
+    b.stats.fusion = Fusion::name;
+    b.stats.compression = Compression::name;
+    b.stats.buckets = nb;
+    b.stats.tensors = b.plan->tensor_bucket.size();
+    b.stats.bytes_in = b.plan->payload_bytes;
+    b.stats.per_bucket.assign(nb, {});
   }
 
   void post(const std::shared_ptr<batch>& b, std::size_t k, observe::track tr, bool async) {
     if (!async) {
-      const auto now = std::chrono::steady_clock::now();
-      this->run_bucket(*b, k, {now, now}, tr);
+      const auto now = steady::now();
+      run_bucket(*b, k, {now, now}, tr);
       return;
     }
-    bg_.post({[this, b, k, tr](const job_times& jt) { this->run_bucket(*b, k, jt, tr); },
+    bg_.post({[this, b, k, tr](const job_times& jt) { run_bucket(*b, k, jt, tr); },
               [b](std::exception_ptr e) { b->done->finish_one(e); }});
   }
 
+  /// Pack, reduce and unpack bucket k of `b`; never throws (errors go to b.done).
+  void run_bucket(batch& b, std::size_t k, const job_times& jt, observe::track tr) {
+    std::exception_ptr err;
+    if (!b.done->failed()) {
+      try {
+        ledger_.throw_if_broken();
+        const auto start = std::max(jt.idle_since, b.created);
+        if (start < jt.picked) {
+          runner_.event("wait_gradients", tr, start, jt.picked,
+                        [&] { return "\"bucket\":" + std::to_string(k); });
+        }
+        bucket_body(b, k, tr);
+      } catch (...) {
+        err = std::current_exception();
+        ledger_.note_failure(err, k);
+      }
+    }
+    if (--b.jobs_left == 0) {
+      if (b.staging) pool_.release(std::move(b.staging));
+      if (!err && !b.done->failed()) ledger_.fold(std::move(b.stats));
+    }
+    b.done->finish_one(err);
+  }
+
+  void bucket_body(batch& b, std::size_t k, observe::track tr) {
+    const auto& bk = b.plan->buckets[k];
+    auto copy = [&](const char* name, auto&& f) {
+      const auto c0 = steady::now();
+      f();
+      const auto c1 = steady::now();
+      runner_.event(name, tr, c0, c1, [&] { return "\"bucket\":" + std::to_string(k); });
+      b.stats.pack_seconds += std::chrono::duration<double>(c1 - c0).count();
+    };
+    if (b.copies(k)) copy("pack", [&] { b.pack(k); });
+    const auto t0 = steady::now();
+    const std::size_t wire0 = b.stats.bytes_wire, encoded0 = b.stats.bytes_encoded;
+    runner_.run(
+        b.steps, bk.type, b.bucket_data(k), bk.count, b.registered ? &codec_state_[k] : nullptr,
+        b.registered ? reg_.parts(k) : std::span<const compress::tensor_part>(), tr, b.stats);
+    const auto t1 = steady::now();
+    b.stats.seconds += std::chrono::duration<double>(t1 - t0).count();
+    if (t1 - t0 > stall_) ++b.stats.stalls;
+    b.stats.per_bucket[k] = {bk.bytes(), b.stats.bytes_encoded - encoded0,
+                             b.stats.bytes_wire - wire0};
+    runner_.event("allreduce", tr, t0, t1, [&] {
+      return "\"bucket\":" + std::to_string(k) + ",\"bytes\":" + std::to_string(bk.bytes()) +
+             ",\"tensors\":" + std::to_string(bk.tensors.size()) + ",\"algorithm\":\"" +
+             std::string(Algorithm::name) + "\"";
+    });
+    if (b.copies(k)) copy("unpack", [&] { b.unpack(k); });
+  }
+
+  // ---- the step of registered tensors -----------------------------------------------------
+
   void start_step_if_needed() {
-    const std::size_t nb = this->plan_.buckets.size();
     if (phase_ == step_phase::open) return;  // the current step is still being filled
-    this->throw_if_broken();
+    ledger_.throw_if_broken();
     if (step_ && !step_->done->done()) {
-      throw error(errc::invalid_argument, {this->t_.rank(), error_site::npos, ~std::uint64_t{0}},
+      throw error(errc::invalid_argument, site(),
                   "the previous step is still in flight; call wait() (or wait on its handle) "
                   "before marking gradients of the next step");
     }
-    step_ = this->make_step_batch(step_runners_);
-    ready_.assign(this->descs_.size(), 0);
-    missing_.resize(nb);
-    for (std::size_t k = 0; k < nb; ++k) missing_[k] = this->plan_.buckets[k].tensors.size();
-    next_launch_ = 0;
+    step_ = make_step_batch();
+    gate_.open(reg_.plan());
     phase_ = step_phase::open;
-    if (nb == 0) this->finish_empty(*step_);
+    if (reg_.plan().buckets.empty()) ledger_.fold(std::move(step_->stats));
   }
 
   void launch_rest() {
-    for (std::size_t i = 0; i < ready_.size(); ++i) {
-      if (!ready_[i]) {
-        ready_[i] = 1;
-        --missing_[this->plan_.tensor_bucket[i]];
-      }
-    }
+    gate_.mark_rest();
     launch_ready_buckets();
   }
 
   void launch_ready_buckets() {
-    const std::size_t nb = this->plan_.buckets.size();
     const observe::track tr = bg_.enabled() ? observe::track::progress : observe::track::caller;
-    while (next_launch_ < nb && missing_[next_launch_] == 0) post(step_, next_launch_++, tr, true);
+    gate_.launch_ready([&](std::size_t k) { post(step_, k, tr, true); });
   }
 
+  Transport& t_;
+  call_options opt_;
+  observe::timeline tl_;
+  detail::call_ledger ledger_;
+  detail::tensor_registry<Fusion> reg_;
+  detail::staging_pool<Transport> pool_;
+  runner runner_;
+  seconds_d stall_;  // a collective this long is a stall
+  // The codec's state of each bucket of the plan (error-feedback residuals), made on
+  // first use; only the job running bucket k touches slot k.
+  std::vector<std::shared_ptr<void>> codec_state_;
+  std::string plan_chosen_;  // runner_.choices(plan), set by commit
+  step_table step_steps_{};  // the registered plan's steps
   progress_thread bg_;
-  typename base::runner_table step_runners_{};
-  std::shared_ptr<batch> step_;                  // the current step of registered tensors
-  std::vector<std::uint8_t> ready_;              // tensor -> marked ready in this step
-  std::vector<std::size_t> missing_;             // bucket -> tensors not yet ready
-  std::size_t next_launch_ = 0;                  // next bucket to launch (plan order)
+  std::shared_ptr<batch> step_;  // the current step of registered tensors
+  detail::step_gate gate_;
   enum class step_phase { idle, open, closed };  // closed: by allreduce_async, not waited
   step_phase phase_ = step_phase::idle;
 };

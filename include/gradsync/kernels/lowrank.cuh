@@ -87,8 +87,8 @@ void lowrank_mq(T* pt, T* m, const T* add, const T* qt, std::size_t rows, std::s
     add_into_kernel<T><<<grid_for(rows * cols), block_threads, 0, stream>>>(m, add, rows * cols);
     check_launch("add_into_kernel");
   }
-  mq_kernel<R, T><<<grid_for(rows * block_threads), block_threads, 0, stream>>>(pt, m, qt, rows,
-                                                                                cols);
+  mq_kernel<R, T>
+      <<<grid_for(rows * block_threads), block_threads, 0, stream>>>(pt, m, qt, rows, cols);
   check_launch("mq_kernel");
 }
 /// The device twin of kernels::lowrank_mtp.
@@ -105,7 +105,7 @@ void lowrank_pqt(T* m, T* residual, const T* pt, const T* qt, const T* qmine_t, 
                  std::size_t cols, T scale, cudaStream_t stream) {
   if (rows * cols == 0) return;
   pqt_kernel<R, T><<<grid_for(rows * cols), block_threads, 0, stream>>>(m, residual, pt, qt,
-                                                                       qmine_t, rows, cols, scale);
+                                                                        qmine_t, rows, cols, scale);
   check_launch("pqt_kernel");
 }
 /// The device twin of kernels::orthonormalise.

@@ -69,9 +69,8 @@ struct topk_buffers {
     std::size_t scan = 0, select = 0;
     const int n = static_cast<int>(count);
     GRADSYNC_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan, flags, ranks, n));
-    GRADSYNC_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, select,
-                                                   thrust::counting_iterator<std::uint32_t>(0),
-                                                   flags, ranks, selected, n));
+    GRADSYNC_CUDA_CHECK(cub::DeviceSelect::Flagged(
+        nullptr, select, thrust::counting_iterator<std::uint32_t>(0), flags, ranks, selected, n));
     temp_bytes = scan > select ? scan : select;
     GRADSYNC_CUDA_CHECK(cudaMalloc(&temp, temp_bytes));
     capacity = count;
@@ -146,8 +145,8 @@ __global__ void __launch_bounds__(block_threads) iota_kernel(I* idx, std::size_t
 /// idx[0..k) := the indices of the k largest |v[i]| (ties: lower index), ascending, where
 /// v = x, or with `add`: v = x + add, left in x. Needs k <= count < 2^31.
 template <class T>
-void topk_indices(std::uint32_t* idx, T* x, std::size_t count, std::size_t k,
-                  topk_buffers<T>& buf, const T* add, cudaStream_t stream) {
+void topk_indices(std::uint32_t* idx, T* x, std::size_t count, std::size_t k, topk_buffers<T>& buf,
+                  const T* add, cudaStream_t stream) {
   using K = magnitude_key_t<T>;
   if (add && count) {
     add_in_kernel<T><<<grid_for(count), block_threads, 0, stream>>>(x, add, count);
@@ -172,14 +171,14 @@ void topk_indices(std::uint32_t* idx, T* x, std::size_t count, std::size_t k,
     check_launch("radix_narrow_kernel");
   }
   const int n = static_cast<int>(count);
-  tie_flags_kernel<T><<<grid_for(count), block_threads, 0, stream>>>(buf.flags, x, count,
-                                                                      buf.state);
+  tie_flags_kernel<T>
+      <<<grid_for(count), block_threads, 0, stream>>>(buf.flags, x, count, buf.state);
   check_launch("tie_flags_kernel");
   std::size_t bytes = buf.temp_bytes;
   GRADSYNC_CUDA_CHECK(
       cub::DeviceScan::ExclusiveSum(buf.temp, bytes, buf.flags, buf.ranks, n, stream));
-  keep_flags_kernel<T><<<grid_for(count), block_threads, 0, stream>>>(buf.flags, buf.ranks, x,
-                                                                       count, buf.state);
+  keep_flags_kernel<T>
+      <<<grid_for(count), block_threads, 0, stream>>>(buf.flags, buf.ranks, x, count, buf.state);
   check_launch("keep_flags_kernel");
   bytes = buf.temp_bytes;
   GRADSYNC_CUDA_CHECK(cub::DeviceSelect::Flagged(buf.temp, bytes,
@@ -208,11 +207,11 @@ __global__ void __launch_bounds__(block_threads)
 
 /// The values sent for the picked indices (and the residual's sent entries cleared).
 template <class T>
-void topk_gather(T* val, T* residual, const T* v, const std::uint32_t* idx, std::size_t k,
-                 T scale, cudaStream_t stream) {
+void topk_gather(T* val, T* residual, const T* v, const std::uint32_t* idx, std::size_t k, T scale,
+                 cudaStream_t stream) {
   if (k == 0) return;
-  gather_values_kernel<T><<<grid_for(k), block_threads, 0, stream>>>(val, residual, v, idx, k,
-                                                                      scale);
+  gather_values_kernel<T>
+      <<<grid_for(k), block_threads, 0, stream>>>(val, residual, v, idx, k, scale);
   check_launch("gather_values_kernel");
 }
 /// Adds one rank's (values, indices) block into x; call it for the ranks in rank order

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// One asynchronous operation of an allreducer — a step of its registered tensors, a
+// grouped call, or one tensor — as buckets of a plan: where each bucket's elements are
+// reduced (in the tensor itself, or packed into a flat layout), the copies in and out of
+// that layout, the completion its handles wait on, and the statistics it gathers.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gradsync/core/async.hpp"
+#include "gradsync/fusion/arena.hpp"
+#include "gradsync/fusion/plan.hpp"
+#include "gradsync/observe/stats.hpp"
+
+namespace gradsync::detail {
+
+template <class StepTable>  ///< the element-type steps (bucket_runner::step_table)
+struct batch {
+  const fusion::plan* plan = nullptr;
+  fusion::plan own_plan;                     // grouped calls: their own plan
+  const std::vector<void*>* ptrs = nullptr;  // tensor i's memory
+  std::vector<void*> own_ptrs;
+  std::byte* layout = nullptr;             // the flat layout (arena or staging)
+  std::shared_ptr<fusion::arena> staging;  // grouped calls: borrowed from the pool
+  bool packed = true;       // false: the tensors live in the layout (zero-copy arena)
+  bool registered = false;  // the registered plan's step: codecs keep state per bucket
+  StepTable steps{};
+  std::shared_ptr<completion> done;  // what the operation's handles wait on
+  std::atomic<std::size_t> jobs_left{0};
+  observe::call_stats stats;
+  std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
+
+  /// Where bucket k is reduced: a lone packed tensor in place, else in the layout.
+  std::byte* bucket_data(std::size_t k) const {
+    const auto& bk = plan->buckets[k];
+    if (packed && bk.tensors.size() == 1) return static_cast<std::byte*>((*ptrs)[bk.tensors[0]]);
+    return layout ? layout + bk.offset : nullptr;
+  }
+  /// True when bucket k is copied into the layout before and out of it after.
+  bool copies(std::size_t k) const { return packed && plan->buckets[k].tensors.size() > 1; }
+  /// Copies bucket k's tensors into the layout.
+  void pack(std::size_t k) {
+    for (std::size_t i : plan->buckets[k].tensors) {
+      const std::size_t n = plan->tensor_bytes[i];
+      if (n) std::memcpy(layout + plan->tensor_offset[i], (*ptrs)[i], n);
+    }
+  }
+  /// Copies bucket k's reduced tensors back to their memory.
+  void unpack(std::size_t k) {
+    for (std::size_t i : plan->buckets[k].tensors) {
+      const std::size_t n = plan->tensor_bytes[i];
+      if (n) std::memcpy((*ptrs)[i], layout + plan->tensor_offset[i], n);
+    }
+  }
+};
+
+}  // namespace gradsync::detail

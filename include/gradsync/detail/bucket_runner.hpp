@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: Apache-2.0
+// The collective of one allreducer bucket, by element type: the composition's algorithm
+// on the transport (traced where it is generic, so its messages are counted and on the
+// timeline; over a two_level both levels), or, for a type the compression policy codes,
+// its codec moving the bucket through a channel (compress/concept.hpp). One step per
+// element type, chosen at run time from a table that holds only the types the allreducer
+// was built for.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "gradsync/algo/composition.hpp"
+#include "gradsync/algo/tuning.hpp"
+#include "gradsync/allgather.hpp"
+#include "gradsync/allreduce.hpp"
+#include "gradsync/compress/concept.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/op.hpp"
+#include "gradsync/detail/staging_pool.hpp"
+#include "gradsync/fusion/arena.hpp"
+#include "gradsync/fusion/plan.hpp"
+#include "gradsync/observe/stats.hpp"
+#include "gradsync/observe/timeline.hpp"
+#include "gradsync/observe/traced_transport.hpp"
+#include "gradsync/transport/two_level.hpp"
+
+namespace gradsync::detail {
+
+template <class Transport, class Algorithm, class Compression>
+class bucket_runner {
+  using steady = std::chrono::steady_clock;
+
+ public:
+  /// Reduces `count` elements at `data` of the slot's element type; `state`: the codec's
+  /// home for this bucket (null: fresh state), `parts`: the bucket's tensors.
+  using step = void (bucket_runner::*)(void* data, std::size_t count, std::shared_ptr<void>* state,
+                                       std::span<const compress::tensor_part> parts,
+                                       observe::track tr, observe::call_stats& acc);
+  using step_table = std::array<step, 8>;  // indexed by dtype; null: not built
+
+  bucket_runner(Transport& t, const call_options& opt, observe::timeline& tl,
+                staging_pool<Transport>& pool)
+      : t_(t), opt_(opt), tl_(tl), pool_(pool) {}
+
+  /// The steps for op Op and the listed element types (a type op::avg cannot take stays
+  /// null).
+  template <class Op, class... Ts>
+  static step_table steps(element_types<Ts...>) {
+    static_assert((!std::is_same_v<Ts, std::int8_t> && ...),
+                  "gradsync::allreducer does not reduce int8_t (it is compress::int8's wire "
+                  "type); leave it out of element_types, the free gradsync::allreduce takes it");
+    step_table r{};
+    ((r[static_cast<std::size_t>(dtype_of<Ts>::value)] = pick<Ts, Op>()), ...);
+    return r;
+  }
+
+  /// Why a table built for `Types` and op `op` has no step for `d`: " and ..." text that
+  /// follows "tensor #i is <type>".
+  template <class Types>
+  static std::string refusal(dtype d, reduce_op op) {
+    if (d == dtype::i8) return int8_refusal();
+    if (!Types::holds(d)) {
+      return " and commit() was given element_types without it (add " +
+             std::string(dtype_name(d)) + "'s type to the list, or call commit(op))";
+    }
+    return " and op::" + std::string(op_name(op)) + " needs a floating-point type";
+  }
+  static std::string int8_refusal() {
+    return ": the allreducer does not reduce int8 tensors (int8_t is compress::int8's wire "
+           "type; the free gradsync::allreduce takes them)";
+  }
+
+  /// Runs `table`'s step for `type`.
+  void run(const step_table& table, dtype type, void* data, std::size_t count,
+           std::shared_ptr<void>* state, std::span<const compress::tensor_part> parts,
+           observe::track tr, observe::call_stats& acc) {
+    (this->*table[static_cast<std::size_t>(type)])(data, count, state, parts, tr, acc);
+  }
+
+  /// "direct_one_shot x1, direct_two_shot x4" when Algorithm chooses per bucket (it has
+  /// choice<Tr>(bytes, n), as algo::auto_select), else empty.
+  std::string choices(const fusion::plan& p) const {
+    if constexpr (requires {
+                    Algorithm::template choice<Transport>(std::size_t{}, std::size_t{});
+                  }) {
+      std::vector<std::pair<std::string_view, std::size_t>> counts;
+      for (const auto& k : p.buckets) {
+        const std::string_view c = Algorithm::template choice<Transport>(
+            k.bytes(), t_.size(), algo::tuning::crosses_network(t_));
+        auto it = std::find_if(counts.begin(), counts.end(), [&](auto& e) { return e.first == c; });
+        if (it == counts.end()) {
+          counts.emplace_back(c, 1);
+        } else {
+          ++it->second;
+        }
+      }
+      std::string out;
+      for (const auto& [name, count] : counts) {
+        if (!out.empty()) out += ", ";
+        out += std::string(name) + " x" + std::to_string(count);
+      }
+      return out;
+    } else {
+      (void)p;
+      return {};
+    }
+  }
+
+  /// A timeline event whose arguments (a JSON object body from `args()`) are only built
+  /// when the timeline is on.
+  template <class Args>
+  void event(std::string_view name, observe::track tr, steady::time_point begin,
+             steady::time_point end, Args&& args) {
+    if (tl_.enabled()) tl_.complete(name, tr, begin, end, args());
+  }
+
+ private:
+  template <class T, class Op>
+  static constexpr step pick() {
+    if constexpr (Op::id != reduce_op::avg || is_floating_element_v<T>) {
+      return &bucket_runner::run_typed<T, Op>;
+    } else {
+      return nullptr;
+    }
+  }
+
+  /// What a codec moves its bucket through (compress/concept.hpp: channel): the
+  /// composition's allreduce, the allgather, staging memory and the timeline.
+  class channel {
+   public:
+    channel(bucket_runner& self, std::span<const compress::tensor_part> parts, observe::track tr,
+            observe::call_stats& acc)
+        : self_(self), parts_(parts), tr_(tr), acc_(acc) {}
+    channel(const channel&) = delete;
+    channel& operator=(const channel&) = delete;
+    ~channel() {
+      for (auto& a : held_) self_.pool_.release(std::move(a));
+    }
+    std::size_t ranks() const { return self_.t_.size(); }
+    std::size_t rank() const { return self_.t_.rank(); }
+    /// The bucket's tensors with their shapes (registered plans; empty for grouped calls).
+    std::span<const compress::tensor_part> tensors() const { return parts_; }
+    template <class W, class WOp>
+    void allreduce(std::span<W> s, WOp) {
+      self_.template run_wire<W, WOp>(s.data(), s.size(), tr_, acc_);
+    }
+    void allgather(std::span<const std::byte> mine, std::span<std::byte> all) {
+      const auto t0 = steady::now();
+      acc_.bytes_encoded += mine.size();
+      acc_.bytes_wire += gradsync::allgather(
+          self_.t_,
+          std::span<const std::int8_t>(reinterpret_cast<const std::int8_t*>(mine.data()),
+                                       mine.size()),
+          std::span<std::int8_t>(reinterpret_cast<std::int8_t*>(all.data()), all.size()),
+          self_.opt_);
+      self_.event("allgather", tr_, t0, steady::now(),
+                  [&] { return "\"bytes\":" + std::to_string(mine.size()); });
+    }
+    std::span<std::byte> scratch(std::size_t bytes) {
+      held_.push_back(self_.pool_.acquire(bytes));
+      return {held_.back()->data(), bytes};
+    }
+    template <class F>
+    void timed(std::string_view name, F&& f) {
+      const auto t0 = steady::now();
+      f();
+      const auto t1 = steady::now();
+      self_.event(name, tr_, t0, t1, [] { return std::string(); });
+      acc_.compress_seconds += std::chrono::duration<double>(t1 - t0).count();
+    }
+
+   private:
+    bucket_runner& self_;
+    std::span<const compress::tensor_part> parts_;
+    observe::track tr_;
+    observe::call_stats& acc_;
+    std::vector<std::shared_ptr<fusion::arena>> held_;
+  };
+
+  /// The collective of one bucket of T; a type the policy compresses goes through its
+  /// codec, with the bucket's state when it has a home (`home`: the committed plan's slot
+  /// for this bucket; null for grouped calls: fresh state).
+  template <class T, class Op>
+  void run_typed(void* data, std::size_t count, std::shared_ptr<void>* home,
+                 std::span<const compress::tensor_part> parts, observe::track tr,
+                 observe::call_stats& acc) {
+    if constexpr (!compress::compresses_v<Compression, T>) {
+      (void)home;
+      (void)parts;
+      run_wire<T, Op>(static_cast<T*>(data), count, tr, acc);
+    } else {
+      static_assert(compress::codec_for<Compression, T, Op>,
+                    "gradsync: a compression policy defines codec<T, Op> for each type it "
+                    "compresses: encode / decode with wire_type and wire_op, or run(channel, "
+                    "x, state, residual) (see compress/concept.hpp, compress/cast.hpp and "
+                    "compress/int8.hpp)");
+      using codec = typename Compression::template codec<T, Op>;
+      using state = compress::state_of<codec>;
+      static_assert(compress::channel<channel>);
+      channel ch(*this, parts, tr, acc);
+      const std::span<T> x(static_cast<T*>(data), count);
+      if constexpr (std::is_same_v<state, compress::no_state>) {
+        (void)home;  // stateless (the casts, int8): nothing to keep, nothing to allocate
+        compress::no_state none;
+        compress::run_codec<Compression, T, Op>(ch, x, none, nullptr);
+      } else {
+        std::shared_ptr<void> fresh;
+        std::shared_ptr<void>& slot = home ? *home : fresh;
+        if (!slot) slot = std::make_shared<state>();
+        compress::run_codec<Compression, T, Op>(ch, x, *static_cast<state*>(slot.get()), nullptr);
+      }
+    }
+  }
+
+  template <class T, class Op>
+  void run_wire(T* data, std::size_t count, observe::track tr, observe::call_stats& acc) {
+    std::span<T> s(data, count);
+    acc.bytes_encoded += s.size_bytes();
+    if constexpr (transport_policy<Transport>) {  // not a two_level: maybe traced
+      if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
+        observe::traced_transport<Transport> tt(t_, &tl_, tr);
+        gradsync::allreduce<Algorithm>(tt, s, Op{}, opt_);
+        acc.bytes_wire += tt.bytes_sent();
+        return;
+      }
+    }
+    if constexpr (transport::is_two_level_v<Transport>) {
+      run_two_level<T, Op>(s, tr, acc);
+    } else {  // peer memory or the transport's own allreduce: no messages to count
+      gradsync::allreduce<Algorithm>(t_, s, Op{}, opt_);
+      acc.bytes_wire += ring_wire_bytes(s.size_bytes(), t_.size());
+      acc.wire_measured = false;
+    }
+  }
+
+  /// Over two levels: the phases on the timeline, and the bytes each level sends counted
+  /// by a traced_transport around it (the node's ring always; the inter-node algorithm
+  /// when it is generic, else, for algo::native, the ring model of the shard).
+  template <class T, class Op>
+  void run_two_level(std::span<T> s, observe::track tr, observe::call_stats& acc) {
+    using intra_t = typename Transport::intra_type;
+    using inter_t = typename Transport::inter_type;
+    using inter_algo = typename Algorithm::inter_algorithm;
+    check_two_level_composition<Algorithm, intra_t, inter_t, T, Op>();
+    auto phase = [&](std::string_view name, steady::time_point b, steady::time_point e) {
+      event(name, tr, b, e, [&] { return "\"elements\":" + std::to_string(s.size()); });
+    };
+    observe::traced_transport<intra_t> in(t_.intra(), &tl_, tr);
+    if constexpr (observe::traces_steps_v<inter_algo, inter_t>) {
+      observe::traced_transport<inter_t> out(t_.inter(), &tl_, tr);
+      Algorithm::run_on(t_, in, out, s, Op{}, opt_, phase);
+      acc.bytes_wire += in.bytes_sent() + out.bytes_sent();
+    } else {
+      Algorithm::run_on(t_, in, t_.inter(), s, Op{}, opt_, phase);
+      const std::size_t local = t_.intra().size();
+      acc.bytes_wire +=
+          in.bytes_sent() + ring_wire_bytes(s.size_bytes() / local, t_.inter().size());
+      acc.wire_measured = false;
+    }
+  }
+
+  /// Bytes a rank sends in a ring allreduce of `bytes` over n ranks, 2(n-1)/n of them: the
+  /// model for collectives whose messages gradsync does not see.
+  static std::size_t ring_wire_bytes(std::size_t bytes, std::size_t n) {
+    return n > 1 ? bytes * 2 * (n - 1) / n : 0;
+  }
+
+  Transport& t_;
+  const call_options& opt_;
+  observe::timeline& tl_;
+  staging_pool<Transport>& pool_;
+};
+
+}  // namespace gradsync::detail

@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tensors registered with an allreducer and what commit() makes of them: their
+// descriptions and memory, the bucket plan every rank agreed on (fusion/plan_check.hpp),
+// the arena the plan lays buckets out in (zero-copy home, or staging of packed buckets),
+// and each bucket's tensors as a compression codec sees them.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gradsync/compress/concept.hpp"
+#include "gradsync/core/deadline.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/core/log.hpp"
+#include "gradsync/detail/arena_placement.hpp"
+#include "gradsync/fusion/arena.hpp"
+#include "gradsync/fusion/bucket.hpp"
+#include "gradsync/fusion/concept.hpp"
+#include "gradsync/fusion/plan.hpp"
+#include "gradsync/fusion/plan_check.hpp"
+#include "gradsync/fusion/tensor.hpp"
+
+namespace gradsync::detail {
+
+/// Registration and the committed plan, for fusion policy Fusion.
+template <class Fusion>  ///< the allreducer's fusion policy (fusion_policy)
+class tensor_registry {
+ public:
+  static constexpr bool zero_copy = fusion::is_zero_copy_v<Fusion>;
+
+  /// `bucket_bytes`: 0 for the Fusion policy's caps, else this cap (and the policy's
+  /// rule for the first bucket, fusion::default_first_bucket).
+  tensor_registry(std::size_t rank, std::size_t bucket_bytes)
+      : rank_(rank),
+        bucket_bytes_(bucket_bytes ? bucket_bytes : Fusion::bucket_bytes),
+        first_bucket_bytes_(bucket_bytes ? fusion::default_first_bucket(bucket_bytes)
+                                         : Fusion::first_bucket_bytes) {
+    if (bucket_bytes && !fusion::is_fused_v<Fusion>) {
+      throw error(errc::invalid_argument, site(),
+                  "allreducer_options::bucket_bytes = " + std::to_string(bucket_bytes) +
+                      " needs a fusing policy (fusion::bucket<Bytes> or zero_copy<Bytes>); " +
+                      std::string(Fusion::name) + " fuses nothing (leave it 0)");
+    }
+  }
+
+  /// Registers one tensor (null data with zero-copy: the arena's, after commit).
+  std::size_t add(const tensor_ref& r, std::string name, matrix_shape shape = {}) {
+    if (committed_) {
+      throw error(errc::invalid_argument, site(),
+                  "add() after commit(): register every tensor before committing the plan");
+    }
+    if (!zero_copy && !r.data && r.count) {
+      throw error(
+          errc::invalid_argument, site(),
+          "tensor #" + std::to_string(descs_.size()) + " has a null pointer and a non-zero count");
+    }
+    if ((shape.rows || shape.cols) && shape.rows * shape.cols != r.count) {
+      throw error(errc::invalid_argument, site(),
+                  "tensor #" + std::to_string(descs_.size()) + " has " + std::to_string(r.count) +
+                      " elements but its shape is " + std::to_string(shape.rows) + " x " +
+                      std::to_string(shape.cols));
+    }
+    descs_.push_back({r.count, r.type, std::move(name), shape});
+    ptrs_.push_back(r.data);
+    return descs_.size() - 1;
+  }
+
+  /// Computes the plan and checks it with every rank of t (collective), then lets
+  /// `accept(i)` refuse tensor i by throwing (the element types the allreducer was not
+  /// built for), then lays out the arena. Committed only when all of that succeeded;
+  /// `op` names the reduction in the log.
+  template <class Tr, class Accept>
+  void commit(Tr& t, deadline d, std::string_view op, Accept&& accept) {
+    if (committed_) throw error(errc::invalid_argument, site(), "commit() called twice");
+    plan_ = fusion::make_plan(descs_, bucket_bytes_, first_bucket_bytes_, Fusion::order,
+                              Fusion::storage);
+    fusion::check_plan(t, std::span<const fusion::tensor_desc>(descs_), plan_, d);
+    for (std::size_t i = 0; i < descs_.size(); ++i) accept(i);
+    const bool need_layout = zero_copy || std::any_of(plan_.buckets.begin(), plan_.buckets.end(),
+                                                      [](const auto& b) { return b.tensors.size() > 1; });
+    if (need_layout) place_arena(t, arena_, plan_.layout_bytes);
+    if constexpr (zero_copy) {
+      for (std::size_t i = 0; i < descs_.size(); ++i)
+        ptrs_[i] = arena_.data() + plan_.tensor_offset[i];
+    }
+    parts_.assign(plan_.buckets.size(), {});
+    for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
+      const auto& k = plan_.buckets[b];
+      for (std::size_t i : k.tensors) {
+        const std::size_t es = dtype_size(descs_[i].type);
+        parts_[b].push_back({(plan_.tensor_offset[i] - k.offset) / es, descs_[i].count,
+                             descs_[i].shape.rows, descs_[i].shape.cols});
+      }
+    }
+    committed_ = true;
+    log_plan(op);
+  }
+
+  bool committed() const { return committed_; }
+  std::size_t size() const { return descs_.size(); }
+  const fusion::tensor_desc& desc(std::size_t i) const { return descs_[i]; }
+  const fusion::plan& plan() const { return plan_; }
+  /// Tensor i's memory (the arena's with zero-copy).
+  const std::vector<void*>& ptrs() const { return ptrs_; }
+  /// The plan's flat layout (null when no bucket packs several tensors).
+  std::byte* layout() { return arena_.data(); }
+  /// Bucket b's tensors with their offsets (elements) and shapes.
+  std::span<const compress::tensor_part> parts(std::size_t b) const { return parts_[b]; }
+  std::size_t bucket_bytes() const { return bucket_bytes_; }
+  std::size_t first_bucket_bytes() const { return first_bucket_bytes_; }
+
+  /// Zero-copy: tensor i's storage in the arena, as T.
+  template <class T>
+  std::span<T> view(std::size_t i) {
+    check_index(i);
+    if (descs_[i].type != dtype_of<T>::value) {
+      throw error(errc::invalid_argument, site(),
+                  "view<T>(" + std::to_string(i) + "): tensor is " +
+                      std::string(dtype_name(descs_[i].type)) + ", not " +
+                      std::string(dtype_name(dtype_of<T>::value)));
+    }
+    return arena_.view<T>(plan_.tensor_offset[i], descs_[i].count);
+  }
+
+  void check_index(std::size_t i) const {
+    require_committed();
+    if (i >= descs_.size()) {
+      throw error(errc::invalid_argument, site(),
+                  "tensor index " + std::to_string(i) + " out of range (" +
+                      std::to_string(descs_.size()) + " registered)");
+    }
+  }
+  void require_committed() const {
+    if (!committed_) {
+      throw error(errc::invalid_argument, site(),
+                  "register tensors with add() and call commit() before ready()/view()/wait()");
+    }
+  }
+  /// " ('name')" for a named tensor, "" otherwise.
+  std::string label(std::size_t i) const {
+    return descs_[i].name.empty() ? std::string() : " ('" + descs_[i].name + "')";
+  }
+
+ private:
+  error_site site() const { return {rank_, error_site::npos, ~std::uint64_t{0}}; }
+
+  void log_plan(std::string_view op) const {
+    log(log_level::info, rank_, "bucket plan (%s, op %s): %s", std::string(Fusion::name).c_str(),
+        std::string(op).c_str(), plan_.describe().c_str());
+    if (!log_enabled(log_level::debug)) return;
+    for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
+      const auto& k = plan_.buckets[b];
+      std::string ts;
+      for (std::size_t i : k.tensors) {
+        ts += ' ';
+        ts += std::to_string(i);  // (not " " + to_string: g++ 12 -O3 -Wrestrict false positive)
+      }
+      log(log_level::debug, rank_, "bucket %zu: %s, %zu bytes at offset %zu, tensors%s", b,
+          std::string(dtype_name(k.type)).c_str(), k.bytes(), k.offset, ts.c_str());
+    }
+  }
+
+  std::size_t rank_;
+  std::size_t bucket_bytes_, first_bucket_bytes_;  // the plan's caps
+  std::vector<fusion::tensor_desc> descs_;
+  std::vector<void*> ptrs_;  // registered tensors' memory (the arena's, in zero-copy mode)
+  fusion::plan plan_;
+  fusion::arena arena_;  // zero-copy home, or staging of the registered packed buckets
+  std::vector<std::vector<compress::tensor_part>> parts_;  // plan_'s buckets' tensors
+  bool committed_ = false;
+};
+
+}  // namespace gradsync::detail
