@@ -71,8 +71,8 @@ class bucket_runner {
   static std::string refusal(dtype d, reduce_op op) {
     if (d == dtype::i8) return int8_refusal();
     if (!Types::holds(d)) {
-      return " and commit() was given element_types without it (add " +
-             std::string(dtype_name(d)) + "'s type to the list, or call commit(op))";
+      return " and commit() was given element_types without it (add " + std::string(dtype_name(d)) +
+             "'s type to the list, or call commit(op))";
     }
     return " and op::" + std::string(op_name(op)) + " needs a floating-point type";
   }

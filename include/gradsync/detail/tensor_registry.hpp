@@ -82,8 +82,9 @@ class tensor_registry {
                               Fusion::storage);
     fusion::check_plan(t, std::span<const fusion::tensor_desc>(descs_), plan_, d);
     for (std::size_t i = 0; i < descs_.size(); ++i) accept(i);
-    const bool need_layout = zero_copy || std::any_of(plan_.buckets.begin(), plan_.buckets.end(),
-                                                      [](const auto& b) { return b.tensors.size() > 1; });
+    const bool need_layout =
+        zero_copy || std::any_of(plan_.buckets.begin(), plan_.buckets.end(),
+                                 [](const auto& b) { return b.tensors.size() > 1; });
     if (need_layout) place_arena(t, arena_, plan_.layout_bytes);
     if constexpr (zero_copy) {
       for (std::size_t i = 0; i < descs_.size(); ++i)
