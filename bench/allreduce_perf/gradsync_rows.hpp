@@ -62,6 +62,7 @@ gradsync_totals run_gradsync_rows(Tr& t, group& g, const options& o, csv_writer&
           call_options opt;
           opt.check = o.agree;
           opt.verify = o.verify;
+          opt.check_finite = o.check_finite;
           s.run = [&t, opt](std::span<T> d) { allreduce<A>(t, d, Op{}, opt); };
           sweep_result r;
           if constexpr (!std::is_same_v<Partner, no_partner>) {

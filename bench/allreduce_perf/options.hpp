@@ -44,8 +44,9 @@ struct options {
   bool check = true;                  ///< -c
   bool agree = true;                  ///< --agree: gradsync's cross-rank argument check
   bool verify = gradsync::default_verify();  ///< --verify: compare result hashes per call
-  bool interleave = false;                   ///< --interleave: alternate with MPI_Allreduce
-  bool p2p = false;  ///< --p2p: after each --interleave pair, time the bare exchange
+  bool check_finite = gradsync::default_check_finite();  ///< --check-finite: NaN/Inf check
+  bool interleave = false;  ///< --interleave: alternate with MPI_Allreduce
+  bool p2p = false;         ///< --p2p: after each --interleave pair, time the bare exchange
   std::size_t mpi_stage = std::size_t{64} << 20;  ///< --mpi-stage: mpi_options::stage_limit_bytes
   dtype type = dtype::f32;                        ///< -d
   reduce_op op = reduce_op::sum;                  ///< -o
@@ -188,14 +189,14 @@ inline void check_type_op(const options& o) {
     visit_op(o.op, [&](auto opv) {
       using Op = std::remove_cvref_t<decltype(opv)>;
       if constexpr (!pair_built<T, Op>()) {
-        const std::string pair = "-d " + type_label(o.type) + " -o " +
-                                 std::string(op_name(Op::id));
+        const std::string pair = "-d " + type_label(o.type) + " -o " + std::string(op_name(Op::id));
         if constexpr (Op::id == reduce_op::avg && !is_floating_element_v<T>) {
           throw std::invalid_argument(pair + ": op avg needs a floating-point type");
         } else {
           throw std::invalid_argument(
-              pair + ": not built (this build times sum of every type, avg of the floating "
-                     "types and every op on float; configure with -Dbench_type_ops=all)");
+              pair +
+              ": not built (this build times sum of every type, avg of the floating "
+              "types and every op on float; configure with -Dbench_type_ops=all)");
         }
       }
     });
@@ -236,6 +237,8 @@ inline const char* usage_text() {
          "  --agree 0|1    gradsync's cross-rank argument check per call, default 1\n"
          "  --verify 0|1   gradsync's result verification per call (hash + exchange),\n"
          "                 default GRADSYNC_VERIFY or 0\n"
+         "  --check-finite 0|1  gradsync's NaN/Inf check of every input (scan + exchange),\n"
+         "                 default GRADSYNC_CHECK_FINITE or 0\n"
          "  --interleave   under mpirun: time every gradsync table iteration by iteration\n"
          "                 alternately with MPI_Allreduce (its rows follow each table), so\n"
          "                 a change of the machine's speed during the run hits both alike\n"
@@ -289,6 +292,8 @@ inline options parse_options(int argc, char** argv) {
         o.agree = parse_count(need(i)) != 0;
       else if (a == "--verify")
         o.verify = parse_count(need(i)) != 0;
+      else if (a == "--check-finite")
+        o.check_finite = parse_count(need(i)) != 0;
       else if (a == "--interleave")
         o.interleave = true;
       else if (a == "--p2p")

@@ -17,6 +17,7 @@
 #include "gradsync/algo/hierarchical.hpp"
 #include "gradsync/algo/runs_on.hpp"
 #include "gradsync/check/consistency.hpp"
+#include "gradsync/check/finite.hpp"
 #include "gradsync/check/verify.hpp"
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/deadline.hpp"
@@ -24,6 +25,7 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/kernels/finite.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/two_level.hpp"
 
@@ -60,10 +62,18 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
     requires A::template checks_headers_on<Tr>;
   };
   constexpr bool self_checked = checks_always || checks_on_tr;
+  using E = std::remove_const_t<T>;
+  const bool finite = kernels::can_be_non_finite_v<E> && opt.check_finite;
   if (!self_checked && opt.check && t.size() > 1) {
     std::vector<call_header> table;
-    agree(t, call_header::make(seq, data.size(), dtype_of<T>::value, Op::id, A::name), ctx.until,
-          table);
+    agree(t,
+          call_header::make(seq, data.size(), dtype_of<T>::value, Op::id, A::name,
+                            finite ? call_header::finite_checked : 0),
+          ctx.until, table);
+  }
+  if (finite) {
+    agree_finite(t, find_non_finite(t, t.rank(), data.data(), data.size()), ctx.until,
+                 [](std::size_t) { return std::string("its input"); });
   }
   A::run(t, data, op, ctx);
   if (opt.verify) verify_result(t, seq, data.data(), data.size_bytes(), ctx.until);

@@ -483,7 +483,11 @@ class allreducer {
       runner_.event(name, tr, c0, c1, [&] { return "\"bucket\":" + std::to_string(k); });
       b.stats.pack_seconds += std::chrono::duration<double>(c1 - c0).count();
     };
-    if (b.copies(k)) copy("pack", [&] { b.pack(k); });
+    if (opt_.check_finite && is_floating_dtype(bk.type)) {
+      check_finite(b, k, copy);
+    } else if (b.copies(k)) {
+      copy("pack", [&] { b.pack(k); });
+    }
     const auto t0 = steady::now();
     const std::size_t wire0 = b.stats.bytes_wire, encoded0 = b.stats.bytes_encoded;
     runner_.run(
@@ -500,6 +504,25 @@ class allreducer {
              std::string(Algorithm::name) + "\"";
     });
     if (b.copies(k)) copy("unpack", [&] { b.unpack(k); });
+  }
+
+  /// check_finite for bucket k: its pack pass (or a pass over the tensors in place)
+  /// finds this rank's first NaN or Inf, and the ranks agree; errc::non_finite on every
+  /// rank, naming the first rank's tensor, before the bucket is reduced.
+  template <class Copy>
+  void check_finite(batch& b, std::size_t k, Copy& copy) {
+    typename batch::non_finite found;
+    copy(b.copies(k) ? "pack" : "check_finite", [&] { found = b.pack_checked(k); });
+    finite_finding mine;
+    visit_dtype(b.plan->buckets[k].type, [&](auto tv) {
+      using T = decltype(tv);
+      mine = detail::make_finding(found.tensor, found.index, static_cast<const T*>(found.value),
+                                  t_.rank(), runner_.describe_self());
+    });
+    runner_.agree_finite(mine, [&](std::size_t i) {
+      return "tensor #" + std::to_string(i) +
+             (b.registered ? reg_.label(i) : std::string(" of the list"));
+    });
   }
 
   // ---- the step of registered tensors -----------------------------------------------------

@@ -299,14 +299,14 @@ TEST_CASE("GRADSYNC_VERIFY: 1 and 0 parse, anything else is an error naming the 
   const char* old = std::getenv("GRADSYNC_VERIFY");
   const std::string saved = old ? old : "";
   ::setenv("GRADSYNC_VERIFY", "1", 1);
-  CHECK(gs::detail::read_verify_env() == true);
+  CHECK(gs::detail::read_flag_env("GRADSYNC_VERIFY") == true);
   ::setenv("GRADSYNC_VERIFY", "0", 1);
-  CHECK(gs::detail::read_verify_env() == false);
+  CHECK(gs::detail::read_flag_env("GRADSYNC_VERIFY") == false);
   ::unsetenv("GRADSYNC_VERIFY");
-  CHECK(gs::detail::read_verify_env() == false);
+  CHECK(gs::detail::read_flag_env("GRADSYNC_VERIFY") == false);
   ::setenv("GRADSYNC_VERIFY", "yes", 1);
   try {
-    (void)gs::detail::read_verify_env();
+    (void)gs::detail::read_flag_env("GRADSYNC_VERIFY");
     FAIL("no error for GRADSYNC_VERIFY=yes");
   } catch (const gs::error& e) {
     CHECK(e.code() == gs::errc::invalid_argument);

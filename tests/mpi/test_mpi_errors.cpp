@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <thread>
@@ -172,6 +173,27 @@ GS_MPI_TEST("errors: verify passes sound calls and names the rank of a corrupted
   GS_CHECK_MSG(contains(m, "1 rank(s) hold a different result than rank 0"), m);
   GS_CHECK_MSG(contains(m, "of 40000 bytes"), m);
   still_works<gs::algo::ring>(t);  // the transport is still in step
+}
+
+GS_MPI_TEST("errors: check_finite names the job's rank and its host, on every rank", 60) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  char host[256] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  const std::size_t bad = t.size() - 1;
+  const std::string bad_host = host;  // every rank of this test runs on this host
+  std::vector<float> v(10000, 1.0f);
+  if (t.rank() == bad) v[4321] = std::numeric_limits<float>::quiet_NaN();
+  gs::call_options o = within(20);
+  o.check_finite = true;
+  const std::string m = GS_CHECK_ERROR(
+      gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, o), gs::errc::non_finite);
+  const std::string want =
+      "rank " + std::to_string(bad) + " on " + bad_host + " has NaN in its input at element 4321";
+  GS_CHECK_MSG(contains(m, want), "'" + want + "' not in: " + m);
+  GS_CHECK_MSG(v[0] == 1.0f, "the input was changed");
+  still_works<gs::algo::ring>(t);
 }
 
 GS_MPI_TEST("errors: count mismatch (ring)", 30) {

@@ -33,10 +33,12 @@
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/algo/ring.hpp"
 #include "gradsync/check/consistency.hpp"
+#include "gradsync/check/finite.hpp"
 #include "gradsync/check/two_levels.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/kernels/finite.hpp"
 #include "gradsync/check/verify.hpp"
 #include "gradsync/transport/two_level.hpp"
 
@@ -83,7 +85,20 @@ struct hierarchical {
     const std::uint64_t in_seq = in.next_seq(), out_seq = out.next_seq();
     const call_context in_c{until, in_seq, data_tag(in_seq)};
     const call_context out_c{until, out_seq, data_tag(out_seq)};
-    if (opt.check) check_arguments<T, Op>(t, in, out, data.size(), in_seq, out_seq, until);
+    const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
+    if (opt.check) {
+      check_arguments<T, Op>(t, in, out, data.size(), in_seq, out_seq, until,
+                             finite ? call_header::finite_checked : 0);
+    }
+    if (finite) {
+      const std::size_t bad = kernels::first_non_finite(data.data(), data.size());
+      agree_finite(
+          t, in, out,
+          gradsync::detail::make_finding(
+              0, bad, bad < data.size() ? data.data() + bad : static_cast<const T*>(nullptr),
+              t.rank(), t.describe_self()),
+          until, [](std::size_t) { return std::string("its input"); });
+    }
     // op::avg: sums at both levels, one division by the whole group on the shard's owner.
     using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
     const std::size_t local = in.size();
@@ -224,19 +239,20 @@ struct hierarchical {
   template <class T, class Op, class Intra, class Inter, class In, class Out>
   static void check_arguments(transport::two_level<Intra, Inter>& t, In& in, Out& out,
                               std::size_t count, std::uint64_t in_seq, std::uint64_t out_seq,
-                              deadline until) {
+                              deadline until, std::uint16_t flags) {
     std::vector<call_header> table;
     gradsync::detail::check_two_levels(
         t, errc::mismatch,
         [&](auto rank_of) {
-          agree(in, call_header::make(in_seq, count, dtype_of<T>::value, Op::id, header_name()),
+          agree(in,
+                call_header::make(in_seq, count, dtype_of<T>::value, Op::id, header_name(), flags),
                 until, table, rank_of);
         },
         [&](bool node_failed, auto rank_of) {
           try {
             agree(out,
                   call_header::make(out_seq, count, dtype_of<T>::value, Op::id,
-                                    node_failed ? poisoned_name : header_name()),
+                                    node_failed ? poisoned_name : header_name(), flags),
                   until, table, rank_of);
           } catch (const error& e) {
             if (e.code() != errc::mismatch) throw;

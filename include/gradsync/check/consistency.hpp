@@ -27,16 +27,19 @@ namespace gradsync {
 struct call_header {
   static constexpr std::uint32_t magic_value = 0x67735348;  // "gsSH"
   std::uint32_t magic = magic_value;
-  std::uint8_t type = 0;  // dtype
-  std::uint8_t op = 0;    // reduce_op
-  std::uint16_t reserved = 0;
+  std::uint8_t type = 0;    // dtype
+  std::uint8_t op = 0;      // reduce_op
+  std::uint16_t flags = 0;  // finite_checked: the call checks its inputs (check_finite)
   std::uint64_t seq = 0;
   std::uint64_t count = 0;
   std::array<char, 24> algo{};  // algorithm name, NUL-padded
 
+  static constexpr std::uint16_t finite_checked = 1;
+
   static call_header make(std::uint64_t seq, std::size_t count, dtype t, reduce_op o,
-                          std::string_view algo_name) {
+                          std::string_view algo_name, std::uint16_t flags = 0) {
     call_header h;
+    h.flags = flags;
     h.seq = seq;
     h.count = count;
     h.type = static_cast<std::uint8_t>(t);
@@ -54,7 +57,8 @@ namespace detail {
 inline std::string describe(const call_header& h) {
   return "seq=" + std::to_string(h.seq) + " count=" + std::to_string(h.count) +
          " type=" + std::string(dtype_name(static_cast<dtype>(h.type))) +
-         " op=" + std::string(op_name(static_cast<reduce_op>(h.op))) + " algo=" + h.algo_name();
+         " op=" + std::string(op_name(static_cast<reduce_op>(h.op))) + " algo=" + h.algo_name() +
+         (h.flags & call_header::finite_checked ? " check_finite" : "");
 }
 
 // Names the first field that differs between a and b, e.g. "count 1000 vs 999".
@@ -72,6 +76,13 @@ inline std::string first_difference(const call_header& a, const call_header& b) 
     return std::string("op ") + std::string(op_name(static_cast<reduce_op>(a.op))) + " vs " +
            std::string(op_name(static_cast<reduce_op>(b.op)));
   if (a.algo != b.algo) return "algorithm " + a.algo_name() + " vs " + b.algo_name();
+  if (a.flags != b.flags) {
+    auto on = [](const call_header& h) {
+      return h.flags & call_header::finite_checked ? "on" : "off";
+    };
+    return std::string("check_finite ") + on(a) + " vs " + on(b) +
+           " (set call_options::check_finite, or GRADSYNC_CHECK_FINITE, alike on every rank)";
+  }
   return {};
 }
 

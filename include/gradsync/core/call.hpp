@@ -16,6 +16,11 @@ struct call_options {
   /// After the call, ranks compare a hash of their results; errc::diverged on every rank
   /// if any differs (check/verify.hpp). Host memory only. Default: GRADSYNC_VERIFY, else off.
   bool verify = default_verify();
+  /// Before data moves, every rank looks for NaN and Inf in its input and the ranks share
+  /// what they found: errc::non_finite on every rank, naming the first rank with one, the
+  /// tensor and the index, instead of a result every replica trains on (check/finite.hpp).
+  /// Host memory, floating types. Default: GRADSYNC_CHECK_FINITE, else off.
+  bool check_finite = default_check_finite();
 
   /// The deadline of a call starting now.
   deadline make_deadline() const {

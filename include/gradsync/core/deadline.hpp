@@ -46,19 +46,26 @@ inline seconds_d default_timeout() {
 }
 
 namespace detail {
-/// Reads GRADSYNC_VERIFY: "1" turns result verification on by default, "0" or unset off.
-inline bool read_verify_env() {
-  const char* s = std::getenv("GRADSYNC_VERIFY");
+/// Reads an on/off variable: "1" on, "0" or unset off; anything else is an
+/// invalid_argument error naming the variable.
+inline bool read_flag_env(const char* name) {
+  const char* s = std::getenv(name);
   if (!s || !*s || std::string_view(s) == "0") return false;
   if (std::string_view(s) == "1") return true;
-  throw error(errc::invalid_argument, {},
-              std::string("GRADSYNC_VERIFY must be 0 or 1, got '") + s + "'");
+  throw error(errc::invalid_argument, {}, std::string(name) + " must be 0 or 1, got '" + s + "'");
 }
 }  // namespace detail
 
 /// GRADSYNC_VERIFY, read once per process (call_options' default for `verify`).
 inline bool default_verify() {
-  static const bool cached = detail::read_verify_env();
+  static const bool cached = detail::read_flag_env("GRADSYNC_VERIFY");
+  return cached;
+}
+
+/// GRADSYNC_CHECK_FINITE, read once per process (call_options' default for
+/// `check_finite`).
+inline bool default_check_finite() {
+  static const bool cached = detail::read_flag_env("GRADSYNC_CHECK_FINITE");
   return cached;
 }
 

@@ -81,6 +81,11 @@ template <class T>
 inline constexpr bool is_floating_element_v =
     std::is_floating_point_v<T> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
 
+/// Whether d is a floating-point type (float32, float64, float16, bfloat16).
+inline constexpr bool is_floating_dtype(dtype d) {
+  return d == dtype::f32 || d == dtype::f64 || d == dtype::f16 || d == dtype::bf16;
+}
+
 /// Checks an element type and explains how to fix it; called by every entry point.
 template <class T>
 constexpr void check_element_type() {

@@ -19,9 +19,15 @@ enum class errc : std::uint8_t {
   invalid_argument,  ///< the caller passed something unusable (sizes, aliasing, ranks)
   transport,         ///< the underlying library (MPI, NCCL, CUDA, OS) reported a failure
   diverged,          ///< ranks ended a verified call with different results (call_options::verify)
+  non_finite,        ///< a rank's input held NaN or Inf (call_options::check_finite)
+  aborted,           ///< the transport was aborted (abort()) while or before this rank waited
 };
 
-/// "timeout", "peer_lost", "mismatch", "invalid_argument", "transport" or "diverged".
+/// How many error codes there are, plus one (tables indexed by errc; slot 0: other errors).
+inline constexpr std::size_t errc_slots = 9;
+
+/// "timeout", "peer_lost", "mismatch", "invalid_argument", "transport", "diverged",
+/// "non_finite" or "aborted".
 inline constexpr std::string_view errc_name(errc c) {
   switch (c) {
     // clang-format off
@@ -31,6 +37,8 @@ inline constexpr std::string_view errc_name(errc c) {
     case errc::invalid_argument: return "invalid_argument";
     case errc::transport: return "transport";
     case errc::diverged: return "diverged";
+    case errc::non_finite: return "non_finite";
+    case errc::aborted: return "aborted";
       // clang-format on
   }
   return "unknown";

@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "gradsync/core/async.hpp"
+#include "gradsync/core/dtype.hpp"
 #include "gradsync/fusion/arena.hpp"
 #include "gradsync/fusion/plan.hpp"
+#include "gradsync/kernels/finite.hpp"
 #include "gradsync/observe/stats.hpp"
 
 namespace gradsync::detail {
@@ -41,6 +43,10 @@ struct batch {
     if (packed && bk.tensors.size() == 1) return static_cast<std::byte*>((*ptrs)[bk.tensors[0]]);
     return layout ? layout + bk.offset : nullptr;
   }
+  /// Tensor i's memory: its own, or its place in the layout when the tensors live there.
+  const void* where(std::size_t i) const {
+    return packed ? (*ptrs)[i] : static_cast<const void*>(layout + plan->tensor_offset[i]);
+  }
   /// True when bucket k is copied into the layout before and out of it after.
   bool copies(std::size_t k) const { return packed && plan->buckets[k].tensors.size() > 1; }
   /// Copies bucket k's tensors into the layout.
@@ -50,6 +56,32 @@ struct batch {
       if (n) std::memcpy(layout + plan->tensor_offset[i], (*ptrs)[i], n);
     }
   }
+  /// Where a NaN or Inf is: bucket k's first tensor that has one and its index there.
+  struct non_finite {
+    std::size_t tensor = npos, index = 0;
+    const void* value = nullptr;  // the element
+  };
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+  /// pack(k) that also finds the first NaN or Inf in the same pass (check_finite); with
+  /// nothing to copy, a pass over the tensors where they are.
+  non_finite pack_checked(std::size_t k) {
+    non_finite found;
+    visit_dtype(plan->buckets[k].type, [&](auto tv) {
+      using T = decltype(tv);
+      for (std::size_t i : plan->buckets[k].tensors) {
+        const std::size_t n = plan->tensor_bytes[i] / sizeof(T);
+        const T* src = static_cast<const T*>(where(i));
+        const std::size_t at =
+            copies(k) ? kernels::copy_first_non_finite(
+                            reinterpret_cast<T*>(layout + plan->tensor_offset[i]), src, n)
+                      : kernels::first_non_finite(src, n);
+        if (at < n && found.tensor == npos) found = {i, at, src + at};
+      }
+    });
+    return found;
+  }
+
   /// Copies bucket k's reduced tensors back to their memory.
   void unpack(std::size_t k) {
     for (std::size_t i : plan->buckets[k].tensors) {

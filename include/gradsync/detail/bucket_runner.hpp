@@ -24,6 +24,7 @@
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/allgather.hpp"
 #include "gradsync/allreduce.hpp"
+#include "gradsync/check/finite.hpp"
 #include "gradsync/compress/concept.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
@@ -49,9 +50,30 @@ class bucket_runner {
                                        observe::track tr, observe::call_stats& acc);
   using step_table = std::array<step, 8>;  // indexed by dtype; null: not built
 
+  /// The collectives run with `opt`, but for check_finite: the allreducer checks a
+  /// bucket's tensors itself (in its pack pass) and calls agree_finite.
   bucket_runner(Transport& t, const call_options& opt, observe::timeline& tl,
                 staging_pool<Transport>& pool)
-      : t_(t), opt_(opt), tl_(tl), pool_(pool) {}
+      : t_(t), opt_(without_finite(opt)), tl_(tl), pool_(pool) {}
+
+  /// Shares this rank's finding with every rank (check/finite.hpp); errc::non_finite on
+  /// every rank when any found a NaN or Inf. `name(i)` names tensor i.
+  template <class Name>
+  void agree_finite(const finite_finding& mine, Name&& name) {
+    if constexpr (transport::is_two_level_v<Transport>) {
+      gradsync::agree_finite(t_, t_.intra(), t_.inter(), mine, opt_.make_deadline(), name);
+    } else {
+      gradsync::agree_finite(t_, mine, opt_.make_deadline(), name);
+    }
+  }
+  /// How this rank names itself in those findings.
+  std::string describe_self() const {
+    if constexpr (transport::is_two_level_v<Transport>) {
+      return t_.describe_self();
+    } else {
+      return describe_rank(t_, t_.rank());
+    }
+  }
 
   /// The steps for op Op and the listed element types (a type op::avg cannot take stays
   /// null).
@@ -270,6 +292,11 @@ class bucket_runner {
     }
   }
 
+  static call_options without_finite(call_options o) {
+    o.check_finite = false;
+    return o;
+  }
+
   /// Bytes a rank sends in a ring allreduce of `bytes` over n ranks, 2(n-1)/n of them: the
   /// model for collectives whose messages gradsync does not see.
   static std::size_t ring_wire_bytes(std::size_t bytes, std::size_t n) {
@@ -277,7 +304,7 @@ class bucket_runner {
   }
 
   Transport& t_;
-  const call_options& opt_;
+  const call_options opt_;
   observe::timeline& tl_;
   staging_pool<Transport>& pool_;
 };

@@ -62,9 +62,10 @@ class call_ledger {
       std::rethrow_exception(e);
     } catch (const error& x) {
       code = static_cast<std::size_t>(x.code());
-      // Refused arguments and diverged results leave the transport in step.
+      // Refused arguments, non-finite inputs and diverged results leave the transport in
+      // step: every rank found them together.
       breaks = x.code() != errc::mismatch && x.code() != errc::invalid_argument &&
-               x.code() != errc::diverged;
+               x.code() != errc::diverged && x.code() != errc::non_finite;
       what = x.what();
     } catch (const std::exception& x) {
       what = x.what();
@@ -103,8 +104,8 @@ class call_ledger {
   observe::metrics_file metrics_;
   observe::call_stats last_;
   observe::cumulative_stats total_;
-  std::array<std::size_t, 7> errors_{};  // failed buckets by errc (0: other exceptions)
-  std::size_t window_bytes_ = 0;         // since the last metrics write
+  std::array<std::size_t, errc_slots> errors_{};  // failed buckets by errc (0: other exceptions)
+  std::size_t window_bytes_ = 0;                  // since the last metrics write
   double window_seconds_ = 0;
   bool metrics_warned_ = false;
   std::exception_ptr broken_;

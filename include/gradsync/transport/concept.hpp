@@ -5,6 +5,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "gradsync/core/deadline.hpp"
@@ -72,6 +73,19 @@ bool crosses_network(const Tr& t) {
     return t.crosses_network();
   } else {
     return false;
+  }
+}
+
+/// How messages name rank q of t: t.describe_rank(q) when Tr has it (transport::mpi:
+/// "rank 5 on host-b", the job's rank and its host), else "rank q".
+template <class Tr>
+std::string describe_rank(const Tr& t, std::size_t q) {
+  if constexpr (requires {
+                  { t.describe_rank(q) } -> std::convertible_to<std::string>;
+                }) {
+    return t.describe_rank(q);
+  } else {
+    return "rank " + std::to_string(q);
   }
 }
 

@@ -243,6 +243,12 @@ class mpi {
   bool crosses_network() const { return network_; }
   /// True when `peer` shares memory with this rank (MPI_COMM_TYPE_SHARED).
   bool same_host(std::size_t peer) const { return peer < size_ && host_[peer] == host_[rank_]; }
+  /// Rank q as messages name it: its rank in MPI_COMM_WORLD and its host ("rank 5 on
+  /// node-b"), also in a sub-group.
+  std::string describe_rank(std::size_t q) const {
+    if (q >= size_ || world_.size() != size_) return "rank " + std::to_string(q);
+    return "rank " + std::to_string(world_[q]) + " on " + names_[q];
+  }
 
   request isend(std::size_t peer, const void* data, std::size_t bytes, std::uint32_t tag) {
     return post(true, peer, const_cast<void*>(data), bytes, tag);

@@ -70,6 +70,15 @@ class two_level {
   /// The global rank of rank q of this rank's Inter group (node q, this local index).
   std::size_t global_of_inter(std::size_t q) const { return q * intra_.size() + intra_.rank(); }
   std::size_t size() const { return inter_.size() * intra_.size(); }
+  /// This rank as messages name it: as Inter names it when Inter knows the job's ranks
+  /// and hosts (transport::mpi: "rank 5 on node-b"), else "rank <rank()>".
+  std::string describe_self() const {
+    if constexpr (requires { inter_.describe_rank(std::size_t{}); }) {
+      return inter_.describe_rank(inter_.rank());
+    } else {
+      return "rank " + std::to_string(rank());
+    }
+  }
   Intra& intra() { return intra_; }
   Inter& inter() { return inter_; }
   const Intra& intra() const { return intra_; }
