@@ -196,6 +196,44 @@ GS_MPI_TEST("errors: check_finite names the job's rank and its host, on every ra
   still_works<gs::algo::ring>(t);
 }
 
+// abort() from another thread while waiting for a late rank: errc::aborted at once on
+// the aborted rank (its deadline is 20 s); the others time out as they would on a lost rank.
+GS_MPI_TEST("errors: abort() ends the wait in flight and every later one", 30) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  const std::size_t late = t.size() - 1;
+  std::vector<float> v(1000, 1.0f);
+  if (t.rank() == 0) {
+    std::thread killer([&t] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      t.abort();
+    });
+    auto t0 = clk::now();
+    const std::string m = GS_CHECK_ERROR(
+        gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, within(20)),
+        gs::errc::aborted);
+    killer.join();
+    GS_CHECK_MSG(since(t0) < 1.0, "abort took " + std::to_string(since(t0)) + " s");
+    GS_CHECK_MSG(contains(m,
+                          "the transport was aborted (abort() was called on this rank) while "
+                          "this rank waited to"),
+                 m);
+    t0 = clk::now();
+    GS_CHECK_ERROR(gs::allreduce<gs::algo::native>(t, std::span<float>(v), gs::op::sum, within(20)),
+                   gs::errc::aborted);
+    GS_CHECK_MSG(since(t0) < 0.5, "a later call took " + std::to_string(since(t0)) + " s");
+  } else {
+    if (t.rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    try {
+      gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, within(1));
+      GS_CHECK_MSG(false, "a call without rank 0 succeeded");
+    } catch (const gs::error& e) {
+      GS_CHECK_MSG(e.code() == gs::errc::timeout || e.code() == gs::errc::mismatch, e.what());
+    }
+  }
+  gs::testbed::keep_until_exit(std::move(t));  // messages to rank 0 may be in flight
+}
+
 GS_MPI_TEST("errors: count mismatch (ring)", 30) {
   count_mismatch<gs::algo::ring>();
 }

@@ -137,6 +137,44 @@ TEST_CASE("shm: a rank that never calls makes its peer time out, naming peer and
   CHECK(out[1].seconds < 1.5 + 5);  // found at once, not after its own 20 s deadline
 }
 
+// abort() from another thread: the waiting rank fails at once with errc::aborted, and
+// the peer that arrives later finds it failed (peer_lost) instead of waiting its deadline.
+TEST_CASE("shm: abort() ends the rank's wait at once and its peer learns it") {
+  gs::testbed::watchdog wd(30, "shm abort test");
+  const auto out = gs::testbed::fork_ranks(
+      2, gs::testbed::unique_job("abort"),
+      [](gs::transport::shm& t, rank_env&) {
+        std::vector<double> v(1000, 1.0);
+        gs::call_options opt;
+        opt.timeout = gs::seconds_d(20);
+        if (t.rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+          gs::allreduce<gs::algo::ring>(t, std::span<double>(v), gs::op::sum, opt);
+          return;
+        }
+        std::thread killer([&t] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          t.abort();
+        });
+        try {
+          gs::allreduce<gs::algo::ring>(t, std::span<double>(v), gs::op::sum, opt);
+        } catch (...) {
+          killer.join();
+          throw;
+        }
+        killer.join();
+      },
+      {.time_limit = 25, .max_records = 4, .configure = {}, .while_running = {}});
+  INFO("rank 0: " << out[0].what);
+  INFO("rank 1: " << out[1].what);
+  CHECK(out[0].error_code == static_cast<int>(gs::errc::aborted));
+  CHECK(out[0].what.find("the transport was aborted") != std::string::npos);
+  CHECK(out[0].seconds < 0.6);
+  CHECK(out[1].error_code == static_cast<int>(gs::errc::peer_lost));
+  CHECK(out[1].what.find("(peer 0)") != std::string::npos);
+  CHECK(out[1].seconds < 3);  // found at once, not after its own 20 s deadline
+}
+
 // Part of a larger job (two_level's node level, shm_options_from_mpi): errors name the
 // job's ranks and the host, and the ranks inside the node.
 TEST_CASE("shm: a group of a larger job names job ranks and the host in its errors") {

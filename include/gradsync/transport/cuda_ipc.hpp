@@ -29,6 +29,7 @@
 
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/cuda_check.hpp"
+#include "gradsync/core/abort.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/error.hpp"
@@ -138,6 +139,11 @@ class cuda_ipc {
     run<T, Op, true>(data, count, op, ctx);
   }
 
+  /// Makes this rank's wait in flight and every later call fail with errc::aborted
+  /// (core/abort.hpp); a kernel already waiting on a peer ends at its own deadline.
+  /// Thread-safe and async-signal-safe.
+  void abort() noexcept { abort_.raise(); }
+
   /// Waits for the enqueued work by `until`; a peer that never reached a barrier makes
   /// the kernel give up and this throw errc::timeout naming it.
   void synchronize(deadline until) {
@@ -146,6 +152,11 @@ class cuda_ipc {
       const cudaError_t e = cudaStreamQuery(stream_);
       if (e == cudaSuccess) break;
       if (e != cudaErrorNotReady) cuda::check(e, "cudaStreamQuery", __FILE__, __LINE__, {rank_});
+      if (abort_.raised()) {
+        broken_ = true;  // the kernel may still wait on a peer's barrier
+        abort_switch::throw_aborted({rank_, error_site::npos, seq_ - 1},
+                                    "while this rank waited for its cuda_ipc work");
+      }
       if (until.expired()) {
         throw error(errc::timeout, {rank_, error_site::npos, seq_ - 1},
                     "cuda_ipc work did not finish before the deadline (a peer process stalled)");
@@ -167,6 +178,7 @@ class cuda_ipc {
   void run(T* data, std::size_t count, Op op, const call_context& ctx) {
 #if defined(__CUDACC__)
     (void)op;
+    abort_.throw_if_raised({rank_, error_site::npos, ctx.seq}, "before this call");
     if (broken_) {
       throw error(errc::transport, {rank_, error_site::npos, ctx.seq},
                   "an earlier cuda_ipc barrier timed out; the group is unusable");
@@ -237,6 +249,7 @@ class cuda_ipc {
   unsigned epoch_ = 0;
   unsigned parity_ = 0;
   bool broken_ = false;
+  abort_switch abort_;  // abort()
 };
 
 static_assert(device_transport<cuda_ipc>, "transport::cuda_ipc must model device_transport");

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "gradsync/core/abort.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/workspace.hpp"
@@ -76,8 +77,16 @@ class local {
   }
 
   void wait(request& r, deadline d) {
+    if (abort_.raised()) {
+      const bool send = r.msg_ && r.msg_->is_send;
+      const std::size_t peer = r.peer_;
+      r.cancel();
+      abort_switch::throw_aborted(site(peer), send
+                                                  ? "before this rank could send to the peer"
+                                                  : "before this rank could receive from the peer");
+    }
     if (!r.msg_) return;
-    const int st = group_->wait(rank_, *r.msg_, r.peer_, d.at);
+    const int st = group_->wait(rank_, *r.msg_, r.peer_, d.at, abort_);
     const auto& m = *r.msg_;
     if (st == 0 && m.size_mismatch.load()) {
       const std::size_t mine = m.bytes, theirs = m.other_bytes;
@@ -95,6 +104,11 @@ class local {
     const std::size_t peer = r.peer_;
     const bool send = m.is_send;
     r.cancel();
+    if (st == 3) {
+      abort_switch::throw_aborted(site(peer),
+                                  send ? "while this rank waited to send to the peer"
+                                       : "while this rank waited to receive from the peer");
+    }
     if (st == 1) {
       throw error(errc::peer_lost, site(peer),
                   std::string("the peer left the group (its function returned or threw) while "
@@ -106,6 +120,10 @@ class local {
                     (send ? "send to the peer" : "receive from the peer") +
                     " (set GRADSYNC_TIMEOUT or call_options::timeout to wait longer)");
   }
+
+  /// Makes this rank's wait in flight and every later one fail with errc::aborted within
+  /// ~10 ms (core/abort.hpp). Thread-safe and async-signal-safe.
+  void abort() noexcept { abort_.raise(); }
 
   std::uint64_t next_seq() { return seq_++; }
   std::uint64_t last_seq() const { return seq_ - 1; }
@@ -141,6 +159,7 @@ class local {
   std::size_t rank_;
   std::uint64_t seq_ = 0;
   workspace scratch_;
+  abort_switch abort_;
 };
 
 static_assert(gradsync::transport_policy<local>);

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "gradsync/core/call.hpp"
+#include "gradsync/core/abort.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
@@ -260,10 +261,13 @@ class mpi {
   /// Completes every piece of `r` or throws: errc::timeout past `d`, errc::mismatch when
   /// the peer sent a different number of bytes, errc::transport for any other MPI error.
   void wait(request& r, deadline d) {
+    if (abort_.raised()) aborted(r, "before this rank could ");
     while (r.next_ < r.parts_) {
       MPI_Request& q = r.part(r.next_);
       MPI_Status st;
-      const int rc = detail::mpi_poll(q, st, d, r.piece_bytes(r.next_) >= detail::mpi_bulk_bytes);
+      const int rc =
+          detail::mpi_poll(q, st, d, r.piece_bytes(r.next_) >= detail::mpi_bulk_bytes, &abort_);
+      if (rc == detail::mpi_poll_aborted) aborted(r, "while this rank waited to ");
       if (rc == detail::mpi_poll_timed_out) {
         const std::size_t peer = r.peer_, bytes = r.bytes_;
         const std::uint32_t tag = r.tag_;
@@ -293,6 +297,11 @@ class mpi {
     r.drop_stage(true);
     r.reset();
   }
+
+  /// Makes this rank's wait in flight and every later one fail with errc::aborted within
+  /// ~1 ms (core/abort.hpp); its peers then time out, or the job is ended
+  /// (transport::abort_job). Thread-safe and async-signal-safe.
+  void abort() noexcept { abort_.raise(); }
 
   std::uint64_t next_seq() { return seq_++; }
   std::uint64_t last_seq() const { return seq_ - 1; }
@@ -337,12 +346,16 @@ class mpi {
                         "MPI_Iallreduce", where);
       MPI_Status st;
       const int rc = detail::mpi_poll(
-          req, st, ctx.until, static_cast<std::size_t>(len) * sizeof(T) >= detail::mpi_bulk_bytes);
-      if (rc == detail::mpi_poll_timed_out) {
+          req, st, ctx.until, static_cast<std::size_t>(len) * sizeof(T) >= detail::mpi_bulk_bytes,
+          &abort_);
+      if (rc == detail::mpi_poll_timed_out || rc == detail::mpi_poll_aborted) {
         // MPI forbids cancelling or freeing a nonblocking collective: keep it until it
         // completes (if the late ranks ever join) and refuse further native calls.
         abandoned_.push_back(req);
         native_stuck_ = true;
+        if (rc == detail::mpi_poll_aborted) {
+          abort_switch::throw_aborted(where, "while this rank waited in MPI_Iallreduce");
+        }
         throw error(errc::timeout, where,
                     "deadline passed in MPI_Iallreduce of " + std::to_string(count) + " " +
                         std::string(dtype_name(dtype_of<T>::value)) +
@@ -502,6 +515,7 @@ class mpi {
     std::swap(size_, o.size_);
     std::swap(opt_, o.opt_);
     std::swap(seq_, o.seq_);
+    std::swap(abort_, o.abort_);
     std::swap(scratch_, o.scratch_);
     std::swap(stage_, o.stage_);
     std::swap(ops_, o.ops_);
@@ -527,6 +541,15 @@ class mpi {
       s.group_size = size_;
     }
     return s;
+  }
+
+  [[noreturn]] void aborted(request& r, const char* when) {
+    const std::size_t peer = r.peer_, bytes = r.bytes_;
+    const bool send = r.is_send_;
+    r.cancel();
+    abort_switch::throw_aborted(site(peer), when + std::string(send ? "send " : "receive ") +
+                                                std::to_string(bytes) + " bytes " +
+                                                (send ? "to" : "from") + " the peer");
   }
 
   [[noreturn]] void fail(request& r, int rc) {
@@ -587,6 +610,7 @@ class mpi {
   detail::mpi_op_cache ops_;
   std::vector<MPI_Request> abandoned_;  // timed-out nonblocking collectives (see above)
   bool native_stuck_ = false;
+  abort_switch abort_;               // abort()
   bool network_ = false;             // the ranks span hosts (crosses_network)
   std::vector<std::uint32_t> host_;  // per rank: the lowest rank on its host
   std::vector<std::size_t> world_;   // per rank: its rank in MPI_COMM_WORLD

@@ -37,6 +37,7 @@
 #include <string_view>
 #include <thread>
 
+#include "gradsync/core/abort.hpp"
 #include "gradsync/core/cuda_check.hpp"
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/error.hpp"
@@ -134,6 +135,14 @@ class mpi_device {
     GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(data, host, bytes, cudaMemcpyHostToDevice, stream_));
   }
 
+  /// Makes this rank's wait in flight and every later one fail with errc::aborted: the
+  /// staged MPI call (host transport's abort()) and synchronize(). Thread-safe and
+  /// async-signal-safe (core/abort.hpp).
+  void abort() noexcept {
+    abort_.raise();
+    host_.abort();
+  }
+
   /// Waits for the enqueued work by `until`; rethrows an error of the staged MPI call.
   void synchronize(deadline until) {
     GRADSYNC_CUDA_CHECK(cudaSetDevice(device_));
@@ -141,6 +150,10 @@ class mpi_device {
       const cudaError_t e = cudaStreamQuery(stream_);
       if (e == cudaSuccess) break;
       if (e != cudaErrorNotReady) cuda::check(e, "cudaStreamQuery", __FILE__, __LINE__, {rank()});
+      if (abort_.raised()) {
+        abort_switch::throw_aborted({rank(), error_site::npos, seq_ - 1},
+                                    "while this rank waited for its staged MPI allreduce");
+      }
       if (until.expired()) {
         throw error(errc::timeout, {rank(), error_site::npos, seq_ - 1},
                     "mpi_device: the staged MPI allreduce did not finish before the deadline");
@@ -197,6 +210,7 @@ class mpi_device {
   void* pinned_ = nullptr;
   std::size_t pinned_bytes_ = 0;
   std::uint64_t seq_ = 0;
+  abort_switch abort_;  // abort()
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> pending_;

@@ -37,6 +37,7 @@
 
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/cuda_check.hpp"
+#include "gradsync/core/abort.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
@@ -197,18 +198,17 @@ class nccl {
       ncclResult_t st = ncclSuccess;
       check(ncclCommGetAsyncError(comm_, &st), "ncclCommGetAsyncError");
       if (st != ncclSuccess && st != ncclInProgress) check(st, "NCCL (asynchronous error)");
+      if (abort_.raised()) abort_and_throw("while this rank waited for its stream", ~0ull);
       if (until.expired()) abort_and_throw("the stream's NCCL work did not finish", ~0ull);
       std::this_thread::yield();
     }
   }
 
-  /// Ends every NCCL operation of this communicator now (any rank may call it).
-  void abort() {
-    if (!aborted_) {
-      ncclCommAbort(comm_);
-      aborted_ = true;
-    }
-  }
+  /// Makes this rank's wait in flight and every later one fail with errc::aborted: the
+  /// waiting thread sees it within a poll, aborts the communicator (ncclCommAbort, which
+  /// also ends kernels stuck on a lost peer) and throws. Thread-safe and
+  /// async-signal-safe (core/abort.hpp).
+  void abort() noexcept { abort_.raise(); }
 
   /// Turns a failed NCCL call into errc::transport naming the call and NCCL's message.
   void check(ncclResult_t r, const char* what, std::uint64_t seq = ~std::uint64_t{0}) const {
@@ -228,7 +228,8 @@ class nccl {
 
   void select_device() const { GRADSYNC_CUDA_CHECK(cudaSetDevice(device_)); }
 
-  void usable(std::uint64_t seq) const {
+  void usable(std::uint64_t seq) {
+    if (abort_.raised()) abort_and_throw("before this call", seq);
     if (aborted_) {
       throw error(errc::transport, {rank_, error_site::npos, seq},
                   "the NCCL communicator was aborted after an earlier failure or timeout; "
@@ -243,13 +244,27 @@ class nccl {
       check(ncclCommGetAsyncError(comm_, &st), "ncclCommGetAsyncError", seq);
       if (st == ncclSuccess) return;
       if (st != ncclInProgress) check(st, what, seq);
+      if (abort_.raised()) abort_and_throw(std::string("while this rank waited in ") + what, seq);
       if (until.expired()) abort_and_throw(std::string(what) + " did not complete", seq);
       std::this_thread::yield();
     }
   }
 
+  // Ends every NCCL operation of this communicator now (on a timeout or abort()).
+  void abort_comm() {
+    if (!aborted_) {
+      ncclCommAbort(comm_);
+      aborted_ = true;
+    }
+  }
+
   [[noreturn]] void abort_and_throw(const std::string& what, std::uint64_t seq) {
-    abort();
+    const bool by_user = abort_.raised();
+    abort_comm();
+    if (by_user) {
+      abort_switch::throw_aborted({rank_, error_site::npos, seq},
+                                  what + "; the communicator was aborted (ncclCommAbort)");
+    }
     throw error(errc::timeout, {rank_, error_site::npos, seq},
                 what + " before the deadline; the communicator was aborted (ncclCommAbort)");
   }
@@ -278,6 +293,7 @@ class nccl {
   cudaStream_t stream_ = nullptr;
   bool own_stream_ = false;
   bool aborted_ = false;
+  abort_switch abort_;  // abort()
   std::size_t rank_ = 0, size_ = 1;
   std::uint64_t seq_ = 0;
   std::uint64_t group_ = 0;

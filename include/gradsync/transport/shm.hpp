@@ -50,6 +50,7 @@
 #include <utility>
 #include <vector>
 
+#include "gradsync/core/abort.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/log.hpp"
@@ -187,6 +188,7 @@ class shm_state {
   std::uint64_t seq_ = 0;
   bool broken_ = false;
   workspace scratch_;
+  abort_switch abort_;  // shm::abort()
   clock::time_point next_health_{};
   std::vector<std::size_t> job_ranks_;  // per group rank: its rank in the job (or empty)
   std::string host_;
@@ -225,7 +227,7 @@ class shm_state {
 
   /// Throws (after marking this rank failed, so that its peers stop waiting for it).
   [[noreturn]] void fail(errc code, std::size_t peer, const std::string& what) {
-    if (code == errc::timeout || code == errc::peer_lost) {
+    if (code == errc::timeout || code == errc::peer_lost || code == errc::aborted) {
       shared_word(seg_.ctl(rank_).state).store(rs_failed, std::memory_order_release);
       wake_all();
       broken_ = true;
@@ -234,11 +236,18 @@ class shm_state {
   }
 
   void check_usable() {
+    // An aborted rank is marked failed, so that its peers stop waiting for it at once.
+    if (abort_.raised() && !broken_)
+      fail(errc::aborted, error_site::npos, abort_message("before this call"));
     if (broken_) {
       throw error(errc::transport, site(error_site::npos),
                   "this shm transport failed earlier (timeout, lost peer or cancelled message); "
                   "destroy it and create a new one");
     }
+  }
+
+  static std::string abort_message(const std::string& when) {
+    return "the transport was aborted (abort() was called on this rank) " + when;
   }
 
   /// Called between sleeps while waiting for `peer`: raises peer_lost or timeout. A peer
@@ -269,6 +278,10 @@ class shm_state {
                    waiting_for);
         }
       }
+    }
+    if (abort_.raised()) {
+      fail(errc::aborted, peer,
+           abort_message(std::string("while this rank waited ") + waiting_for));
     }
     if (now >= until) {
       fail(errc::timeout, peer,
@@ -433,6 +446,10 @@ class shm {
   void wait(request& r, deadline d) {
     if (!r.op_) return;
     auto& st = *st_;
+    if (st.abort_.raised()) {
+      r.cancel();
+      st.check_usable();  // throws errc::aborted, marking this rank failed
+    }
     detail::p2p_op& op = *r.op_;
     auto ready = [&] {
       st.p2p_.progress();
@@ -458,6 +475,11 @@ class shm {
                       " bytes, the peer sent " + std::to_string(sent));
     }
   }
+
+  /// Makes this rank's wait in flight and every later one fail with errc::aborted within
+  /// ~20 ms (core/abort.hpp); the rank is then marked failed, so peers waiting for it get
+  /// peer_lost at once. Thread-safe and async-signal-safe.
+  void abort() noexcept { st_->abort_.raise(); }
 
   std::uint64_t next_seq() { return st_->seq_++; }
   std::uint64_t last_seq() const { return st_->seq_ - 1; }
@@ -497,6 +519,7 @@ class shm {
       }
       return true;
     };
+    if (st.abort_.raised()) st.check_usable();  // aborted: fails even when the flags are set
     if (ready()) return;
     st.check_usable();
     const std::string what = describe_flag(k, v);

@@ -79,6 +79,12 @@ class two_level {
       return "rank " + std::to_string(rank());
     }
   }
+  /// Aborts both levels (their abort(), where they have one): every wait of this rank
+  /// fails with errc::aborted. Thread-safe and async-signal-safe where the levels' are.
+  void abort() noexcept {
+    if constexpr (requires { intra_.abort(); }) intra_.abort();
+    if constexpr (requires { inter_.abort(); }) inter_.abort();
+  }
   Intra& intra() { return intra_; }
   Inter& inter() { return inter_; }
   const Intra& intra() const { return intra_; }

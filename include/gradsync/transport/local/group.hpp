@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "gradsync/core/abort.hpp"
 #include "gradsync/core/error.hpp"
 
 namespace gradsync::transport::detail {
@@ -80,15 +81,18 @@ class local_group {
     while (!m->done.load(std::memory_order_acquire)) std::this_thread::yield();
   }
 
-  /// Blocks rank `me` until `m` is done, its peer has left, or the deadline passes.
-  /// Returns 0 when done, 1 when the peer left, 2 on timeout.
+  /// Blocks rank `me` until `m` is done, its peer has left, the deadline passes or `stop`
+  /// is raised. Returns 0 when done, 1 when the peer left, 2 on timeout, 3 when stopped.
   /// Spins 64 rounds, then yields for up to `yield_for` of wall time, then blocks on the
   /// rank's condition variable. The yield phase is bounded by time, not by a count: when
   /// another process holds the core, each yield can give it a whole time slice (several
   /// ms, longer for a thread at a raised nice value such as the allreducer's progress
   /// thread), and 2000 counted yields once took 11 s past a 0.3 s deadline.
   int wait(std::size_t me, const local_msg& m, std::size_t peer,
-           std::chrono::steady_clock::time_point until) {
+           std::chrono::steady_clock::time_point until, const abort_switch& stop) {
+    // The condition variable is waited on in slices: abort() may come from a signal
+    // handler, which cannot notify it.
+    constexpr auto slice = std::chrono::milliseconds(10);
     constexpr auto yield_for = std::chrono::milliseconds(1);
     for (int spin = 0; spin < 64; ++spin) {
       if (m.done.load(std::memory_order_acquire)) return 0;
@@ -96,6 +100,7 @@ class local_group {
     const auto yield_until = std::min(until, std::chrono::steady_clock::now() + yield_for);
     while (!m.done.load(std::memory_order_acquire)) {
       if (std::chrono::steady_clock::now() >= yield_until) break;
+      if (stop.raised()) return 3;
       std::this_thread::yield();
     }
     auto& r = ranks_[me];
@@ -103,9 +108,10 @@ class local_group {
     for (;;) {
       if (m.done.load(std::memory_order_acquire)) return 0;
       if (ranks_[peer].left.load(std::memory_order_acquire)) return 1;
-      if (r.cv.wait_until(lk, until) == std::cv_status::timeout) {
-        return m.done.load(std::memory_order_acquire) ? 0 : 2;
-      }
+      if (stop.raised()) return 3;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= until) return m.done.load(std::memory_order_acquire) ? 0 : 2;
+      r.cv.wait_until(lk, std::min(until, now + slice));
     }
   }
 

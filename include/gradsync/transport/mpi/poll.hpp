@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <thread>
 
+#include "gradsync/core/abort.hpp"
 #include "gradsync/core/deadline.hpp"
 
 namespace gradsync::transport::detail {
@@ -65,17 +66,22 @@ inline constexpr std::size_t mpi_bulk_bytes = std::size_t{64} << 10;
 
 /// What mpi_poll returns when the deadline passed (MPI's own codes are >= 0).
 inline constexpr int mpi_poll_timed_out = -1;
+/// What mpi_poll returns when the transport was aborted (abort()).
+inline constexpr int mpi_poll_aborted = -2;
 
 /// Polls `req` with MPI_Test until it completes (returns MPI_SUCCESS or MPI's error code,
-/// `st` filled in) or `d` passes (returns mpi_poll_timed_out, `req` still active).
-/// `bulk`: the request moves at least mpi_bulk_bytes (see mpi_backoff).
-inline int mpi_poll(MPI_Request& req, MPI_Status& st, deadline d, bool bulk = false) {
+/// `st` filled in), `d` passes (returns mpi_poll_timed_out, `req` still active) or `stop`
+/// is raised (mpi_poll_aborted, likewise). `bulk`: the request moves at least
+/// mpi_bulk_bytes (see mpi_backoff).
+inline int mpi_poll(MPI_Request& req, MPI_Status& st, deadline d, bool bulk = false,
+                    const abort_switch* stop = nullptr) {
   mpi_backoff b(bulk);
   for (;;) {
     int done = 0;
     const int rc = MPI_Test(&req, &done, &st);
     if (rc != MPI_SUCCESS) return rc;
     if (done) return MPI_SUCCESS;
+    if (stop && stop->raised()) return mpi_poll_aborted;
     if (d.expired()) return mpi_poll_timed_out;
     b.pause();
   }
