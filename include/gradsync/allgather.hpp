@@ -31,15 +31,28 @@ namespace detail {
 template <transport_policy Tr, class RankOf = same_rank>
 std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std::byte> out,
                             dtype type, const call_options& opt, RankOf rank_of = {}) {
-  const call_context ctx = begin_call(t, opt);
-  if (opt.check && t.size() > 1) {
-    std::vector<call_header> table;
-    agree(t,
-          call_header::make(ctx.seq, in.size() / dtype_size(type), type, reduce_op::sum,
-                            algo::allgather_ring::name),
-          ctx.until, table, rank_of);
-  }
-  return algo::allgather_ring::run(t, in, out, ctx);
+  const call_context ctx = begin_call(t, opt,
+                                      {"allgather",
+                                       algo::allgather_ring::name,
+                                       type,
+                                       reduce_op::sum,
+                                       in.size() / dtype_size(type),
+                                       {}});
+  std::size_t sent = 0;
+  recorded(
+      opt, ctx.seq,
+      [&] {
+        if (opt.check && t.size() > 1) {
+          std::vector<call_header> table;
+          agree(t,
+                call_header::make(ctx.seq, in.size() / dtype_size(type), type, reduce_op::sum,
+                                  algo::allgather_ring::name),
+                ctx.until, table, rank_of);
+        }
+        sent = algo::allgather_ring::run(t, in, out, ctx);
+      },
+      opt.recorder ? describe_rank(t, t.rank()) : std::string());
+  return sent;
 }
 }  // namespace detail
 

@@ -24,7 +24,9 @@
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/core/flight_recorder.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/core/stall.hpp"
 #include "gradsync/kernels/finite.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/two_level.hpp"
@@ -32,11 +34,14 @@
 namespace gradsync {
 
 namespace detail {
-/// What every entry point does first: number the call (the same on every rank) and fix
-/// its deadline.
+/// What every entry point does first: number the call (the same on every rank), fix its
+/// deadline, and tell the transport's stall watch what the call is (core/stall.hpp).
 template <class Tr>
-call_context begin_call(Tr& t, const call_options& opt) {
+call_context begin_call(Tr& t, const call_options& opt, call_note note = {}) {
   const std::uint64_t seq = t.next_seq();
+  note.label = opt.label;
+  enter_call(t, seq, note);
+  if (opt.recorder) opt.recorder->enter(seq, note);
   return {opt.make_deadline(), seq, data_tag(seq)};
 }
 }  // namespace detail
@@ -51,7 +56,8 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   static_assert(!std::is_const_v<T>,
                 "gradsync: the in-place allreduce writes its buffer; pass a std::span of "
                 "non-const elements (or use the overload with a separate output span)");
-  const call_context ctx = detail::begin_call(t, opt);
+  const call_context ctx = detail::begin_call(
+      t, opt, {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}});
   const std::uint64_t seq = ctx.seq;
   // Algorithms that compare call headers in their own first exchange (algo::direct_*)
   // declare `checks_headers = true` (or `checks_headers_on<Tr>`) and skip this round trip.
@@ -64,19 +70,25 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   constexpr bool self_checked = checks_always || checks_on_tr;
   using E = std::remove_const_t<T>;
   const bool finite = kernels::can_be_non_finite_v<E> && opt.check_finite;
-  if (!self_checked && opt.check && t.size() > 1) {
-    std::vector<call_header> table;
-    agree(t,
-          call_header::make(seq, data.size(), dtype_of<T>::value, Op::id, A::name,
-                            finite ? call_header::finite_checked : 0),
-          ctx.until, table);
-  }
-  if (finite) {
-    agree_finite(t, find_non_finite(t, t.rank(), data.data(), data.size()), ctx.until,
-                 [](std::size_t) { return std::string("its input"); });
-  }
-  A::run(t, data, op, ctx);
-  if (opt.verify) verify_result(t, seq, data.data(), data.size_bytes(), ctx.until);
+  detail::recorded(
+      opt, seq,
+      [&] {
+        if (!self_checked && opt.check && t.size() > 1) {
+          std::vector<call_header> table;
+          agree(t,
+                call_header::make(seq, data.size(), dtype_of<T>::value, Op::id, A::name,
+                                  finite ? call_header::finite_checked : 0),
+                ctx.until, table);
+        }
+        if (finite) {
+          agree_finite(t, find_non_finite(t, t.rank(), data.data(), data.size()), ctx.until,
+                       [](std::size_t) { return std::string("its input"); });
+        }
+        if (opt.recorder) opt.recorder->mark(seq, flight_recorder::phase::checked);
+        A::run(t, data, op, ctx);
+        if (opt.verify) verify_result(t, seq, data.data(), data.size_bytes(), ctx.until);
+      },
+      opt.recorder ? describe_rank(t, t.rank()) : std::string());
 }
 
 /// Out-of-place allreduce: `out` receives the reduction of every rank's `in`; `in` is
@@ -148,7 +160,8 @@ void allreduce(Tr& t, device_span<T> data, Op op, const call_options& opt = {}) 
                   "call_options::verify (GRADSYNC_VERIFY=1) hashes results in host memory and "
                   "this transport's buffers are device memory; unset it for device calls");
     }
-    const call_context ctx = detail::begin_call(t, opt);
+    const call_context ctx = detail::begin_call(
+        t, opt, {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}});
     if constexpr (detail::wants_native<A>) {
       if (!data.empty()) t.allreduce_native(data.data(), data.size(), op, ctx);
     } else if constexpr (runs_on_v<A, Tr>) {

@@ -45,6 +45,7 @@
 #include "gradsync/core/async.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/core/flight_recorder.hpp"
 #include "gradsync/core/log.hpp"
 #include "gradsync/detail/batch.hpp"
 #include "gradsync/detail/bucket_runner.hpp"
@@ -85,6 +86,12 @@ struct allreducer_options {
   std::string metrics = observe::metrics_file::env_dir();
   /// The file's name, `<metrics_job>.rank<R>.prom`: give each allreducer of a process its own.
   std::string metrics_job = "gradsync";
+  /// Where the flight recorder writes this rank's last calls when one fails
+  /// (`<path>.rank<R>.json`, core/flight_recorder.hpp); "" = stderr. Default:
+  /// GRADSYNC_FLIGHT_RECORDER.
+  std::string flight_recorder = gradsync::flight_recorder::env_path();
+  /// How many calls the flight recorder keeps.
+  std::size_t flight_depth = 64;
 };
 
 template <class Transport,  ///< who moves the bytes (transport_policy, or a two_level)
@@ -135,7 +142,9 @@ class allreducer {
   /// Borrows `t`, with the deadline, progress thread, timeline, bucket cap and metrics of `o`.
   allreducer(Transport& t, allreducer_options o)
       : t_(t),
-        opt_(o.call),
+        recorder_(std::make_unique<gradsync::flight_recorder>(o.flight_recorder, t.rank(),
+                                                              o.flight_depth)),
+        opt_(recorded_options(o.call, recorder_.get())),
         tl_(o.timeline, t.rank()),
         ledger_(t.rank(), t.size(), o.metrics, o.metrics_job,
                 "transport=\"" + std::string(Transport::name) + "\",algorithm=\"" +
@@ -271,6 +280,7 @@ class allreducer {
       }
     });
     plan_chosen_ = runner_.choices(reg_.plan());  // the same for every step of this plan
+    bucket_labels_ = labels_of(reg_.plan());
     codec_state_.assign(reg_.plan().buckets.size(), nullptr);  // a new plan starts codecs afresh
     step_steps_ = table;
   }
@@ -360,6 +370,13 @@ class allreducer {
   }
 
   error_site site() const { return {t_.rank(), error_site::npos, ~std::uint64_t{0}}; }
+
+  // The options of every collective: the user's, recorded by this allreducer's recorder
+  // unless they name their own.
+  static call_options recorded_options(call_options o, gradsync::flight_recorder* r) {
+    if (!o.recorder) o.recorder = r;
+    return o;
+  }
 
   // ---- batches: made here, run bucket by bucket on whatever thread posts them ------------
 
@@ -488,6 +505,12 @@ class allreducer {
     } else if (b.copies(k)) {
       copy("pack", [&] { b.pack(k); });
     }
+    if (b.registered) {
+      runner_.set_label(bucket_labels_[k]);
+    } else {
+      list_label_ = "bucket " + std::to_string(k) + " of a grouped call";
+      runner_.set_label(list_label_);
+    }
     const auto t0 = steady::now();
     const std::size_t wire0 = b.stats.bytes_wire, encoded0 = b.stats.bytes_encoded;
     runner_.run(
@@ -525,6 +548,22 @@ class allreducer {
     });
   }
 
+  /// "bucket 3 of 12: #40 'fc1.weight', #41 'fc1.bias', ... (5 tensors)" per bucket: how
+  /// stall warnings and the flight recorder name a registered bucket.
+  std::vector<std::string> labels_of(const fusion::plan& p) const {
+    std::vector<std::string> out;
+    for (std::size_t k = 0; k < p.buckets.size(); ++k) {
+      const auto& ts = p.buckets[k].tensors;
+      std::string l =
+          "bucket " + std::to_string(k) + " of " + std::to_string(p.buckets.size()) + ":";
+      for (std::size_t j = 0; j < ts.size() && j < 3; ++j)
+        l += (j ? ", #" : " #") + std::to_string(ts[j]) + reg_.label(ts[j]);
+      if (ts.size() > 3) l += ", ... (" + std::to_string(ts.size()) + " tensors)";
+      out.push_back(std::move(l));
+    }
+    return out;
+  }
+
   // ---- the step of registered tensors -----------------------------------------------------
 
   void start_step_if_needed() {
@@ -552,6 +591,7 @@ class allreducer {
   }
 
   Transport& t_;
+  std::unique_ptr<gradsync::flight_recorder> recorder_;  // the last calls, for failures
   call_options opt_;
   observe::timeline tl_;
   detail::call_ledger ledger_;
@@ -562,8 +602,10 @@ class allreducer {
   // The codec's state of each bucket of the plan (error-feedback residuals), made on
   // first use; only the job running bucket k touches slot k.
   std::vector<std::shared_ptr<void>> codec_state_;
-  std::string plan_chosen_;  // runner_.choices(plan), set by commit
-  step_table step_steps_{};  // the registered plan's steps
+  std::string plan_chosen_;                 // runner_.choices(plan), set by commit
+  std::vector<std::string> bucket_labels_;  // labels_of(plan), set by commit
+  std::string list_label_;                  // a grouped call's bucket, while it runs
+  step_table step_steps_{};                 // the registered plan's steps
   progress_thread bg_;
   std::shared_ptr<batch> step_;  // the current step of registered tensors
   detail::step_gate gate_;

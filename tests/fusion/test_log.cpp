@@ -16,41 +16,14 @@
 
 #include <gradsync/gradsync.hpp>
 
+#include "capture_stderr.hpp"
 #include "json_check.hpp"
 #include "watchdog.hpp"
 
 namespace gs = gradsync;
 using local = gs::transport::local;
 
-namespace {
-/// Sends stderr to a file while alive; text() returns what was written.
-class capture_stderr {
- public:
-  explicit capture_stderr(std::string path) : path_(std::move(path)) {
-    std::fflush(stderr);
-    saved_ = ::dup(2);
-    const int fd = ::open(path_.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
-    ::dup2(fd, 2);
-    ::close(fd);
-  }
-  ~capture_stderr() { restore(); }
-  std::string text() {
-    restore();
-    return gs::testbed::read_file(path_);
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  std::string path_;
-  int saved_ = -1;
-};
-}  // namespace
+using gs::testbed::capture_stderr;
 
 TEST_CASE("GRADSYNC_LOG values: the known levels, and an unknown one is reported on stderr") {
   CHECK(gs::current_log_level() == gs::log_level::debug);  // meson sets debug

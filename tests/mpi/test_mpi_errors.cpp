@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <span>
 #include <string>
@@ -20,6 +22,7 @@
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/mpi.hpp>
 
+#include "capture_stderr.hpp"
 #include "mpi_harness.hpp"
 #include "ring_then_flip.hpp"
 
@@ -232,6 +235,42 @@ GS_MPI_TEST("errors: abort() ends the wait in flight and every later one", 30) {
     }
   }
   gs::testbed::keep_until_exit(std::move(t));  // messages to rank 0 may be in flight
+}
+
+// The stall inspector over MPI: the stalled ranks ask every peer where it is (answered
+// from the peers' own waits); rank 0's warning names exactly the late rank, with its host,
+// as not answering (it sleeps outside gradsync), and none of the waiting ranks.
+GS_MPI_TEST("errors: a stall warning names exactly the rank that has not entered the call", 60) {
+  ::setenv("GRADSYNC_STALL_WARN", "0.3", 1);
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  ::unsetenv("GRADSYNC_STALL_WARN");
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  const std::size_t late = t.size() - 1;
+  char host[256] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  std::vector<float> v(10000, 1.0f);
+  gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, within(20));
+  const std::string log = "/tmp/gradsync_mpi_stall_" + std::to_string(::getpid()) + ".txt";
+  std::string text;
+  if (t.rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  {
+    gs::testbed::capture_stderr cap(log);
+    gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, within(20));
+    text = cap.text();
+  }
+  std::remove(log.c_str());
+  if (t.rank() == 0) {
+    // The late rank sleeps outside gradsync, so it cannot answer: named as such.
+    const std::string want = "not yet entered by rank " + std::to_string(late) + " on " + host +
+                             " (not in a gradsync call";
+    GS_CHECK_MSG(contains(text, "stall: rank 0 on " + std::string(host) + " has waited"), text);
+    GS_CHECK_MSG(contains(text, "in op #1 (allreduce ring of 10000 float32"), text);
+    GS_CHECK_MSG(contains(text, want), "'" + want + "' not in: " + text);
+    for (std::size_t q = 1; q < late; ++q) {
+      GS_CHECK_MSG(!contains(text, "rank " + std::to_string(q) + " on " + host + " ("), text);
+    }
+  }
 }
 
 GS_MPI_TEST("errors: count mismatch (ring)", 30) {

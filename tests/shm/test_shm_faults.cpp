@@ -13,7 +13,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -27,6 +31,7 @@
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/shm.hpp>
 
+#include "capture_stderr.hpp"
 #include "fork_ranks.hpp"
 #include "watchdog.hpp"
 
@@ -173,6 +178,47 @@ TEST_CASE("shm: abort() ends the rank's wait at once and its peer learns it") {
   CHECK(out[1].error_code == static_cast<int>(gs::errc::peer_lost));
   CHECK(out[1].what.find("(peer 0)") != std::string::npos);
   CHECK(out[1].seconds < 3);  // found at once, not after its own 20 s deadline
+}
+
+// The stall inspector over shm: rank 0's warning, from the segment's board, names the
+// late rank (by its job rank and host when the options give them) and only it.
+TEST_CASE("shm: a stalled call's warning names exactly the rank that has not entered it") {
+  gs::testbed::watchdog wd(30, "shm stall test");
+  const std::string log = "/tmp/gradsync_shm_stall_" + std::to_string(::getpid()) + ".txt";
+  ::setenv("GRADSYNC_STALL_WARN", "0.2", 1);
+  const auto out = gs::testbed::fork_ranks(
+      3, gs::testbed::unique_job("stall"),
+      [&log](gs::transport::shm& t, rank_env&) {
+        std::vector<double> v(1000, 1.0);
+        gs::allreduce<gs::algo::ring>(t, std::span<double>(v), gs::op::sum);
+        if (t.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        if (t.rank() == 0) {
+          gs::testbed::capture_stderr cap(log);
+          gs::allreduce<gs::algo::direct_two_shot>(t, std::span<double>(v), gs::op::sum);
+        } else {
+          gs::allreduce<gs::algo::direct_two_shot>(t, std::span<double>(v), gs::op::sum);
+        }
+      },
+      {.time_limit = 25,
+       .max_records = 4,
+       .configure =
+           [](gs::transport::shm_options& o) {
+             o.job_ranks = {10, 11, 12};
+             o.host = "hostS";
+           },
+       .while_running = {}});
+  ::unsetenv("GRADSYNC_STALL_WARN");
+  for (const auto& o : out) CHECK(o.error_code == 0);
+  std::ifstream f(log);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  INFO("rank 0's log: " << text);
+  CHECK(text.find("stall: rank 10 on hostS has waited") != std::string::npos);
+  CHECK(text.find("in op #1 (allreduce direct_two_shot of 1000 float64 (8000 bytes), op sum); "
+                  "not yet entered by rank 12 on hostS (still at op #0)") != std::string::npos);
+  CHECK(text.find("rank 11 on hostS (") == std::string::npos);
+  std::remove(log.c_str());
 }
 
 // Part of a larger job (two_level's node level, shm_options_from_mpi): errors name the

@@ -37,7 +37,9 @@
 #include "gradsync/check/two_levels.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/core/flight_recorder.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/core/stall.hpp"
 #include "gradsync/kernels/finite.hpp"
 #include "gradsync/check/verify.hpp"
 #include "gradsync/transport/two_level.hpp"
@@ -80,9 +82,29 @@ struct hierarchical {
   template <class Intra, class Inter, class In, class Out, class T, class Op, class Phase>
   static void run_on(transport::two_level<Intra, Inter>& t, In& in, Out& out, std::span<T> data,
                      Op op, const call_options& opt, Phase&& phase) {
-    using clock = std::chrono::steady_clock;
     const deadline until = opt.make_deadline();
     const std::uint64_t in_seq = in.next_seq(), out_seq = out.next_seq();
+    call_note note{
+        "allreduce inside the node", name, dtype_of<T>::value, Op::id, data.size(), opt.label};
+    gradsync::detail::enter_call(in, in_seq, note);
+    note.kind = "allreduce across nodes";
+    gradsync::detail::enter_call(out, out_seq, note);
+    if (opt.recorder) {
+      note.kind = "allreduce";
+      opt.recorder->enter(in_seq, note);
+    }
+    gradsync::detail::recorded(
+        opt, in_seq, [&] { run_levels(t, in, out, data, op, opt, phase, until, in_seq, out_seq); },
+        opt.recorder ? t.describe_self() : std::string());
+  }
+
+ private:
+  /// run_on's body, its calls numbered in_seq (node level) and out_seq (across nodes).
+  template <class Intra, class Inter, class In, class Out, class T, class Op, class Phase>
+  static void run_levels(transport::two_level<Intra, Inter>& t, In& in, Out& out, std::span<T> data,
+                         Op op, const call_options& opt, Phase& phase, deadline until,
+                         std::uint64_t in_seq, std::uint64_t out_seq) {
+    using clock = std::chrono::steady_clock;
     const call_context in_c{until, in_seq, data_tag(in_seq)};
     const call_context out_c{until, out_seq, data_tag(out_seq)};
     const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
@@ -99,6 +121,7 @@ struct hierarchical {
               t.rank(), t.describe_self()),
           until, [](std::size_t) { return std::string("its input"); });
     }
+    if (opt.recorder) opt.recorder->mark(in_seq, flight_recorder::phase::checked);
     // op::avg: sums at both levels, one division by the whole group on the shard's owner.
     using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
     const std::size_t local = in.size();
@@ -136,7 +159,6 @@ struct hierarchical {
       verify_levels(t, in, out, in_seq, out_seq, data.data(), data.size_bytes(), until);
   }
 
- private:
   /// run_observed over `pieces` pieces of the vector: the node's reduce-scatter of piece
   /// i+1 runs while a helper thread (detail/inter_worker.hpp) allreduces piece i's shard
   /// across the nodes, and each piece is allgathered in the node once its shard is back,

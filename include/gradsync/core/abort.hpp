@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,8 @@ class abort_switch {
 
  public:
   abort_switch() : flag_(std::make_unique<std::atomic<bool>>(false)) {}
+  /// An empty switch, never raised (the shell a transport is moved into before a swap).
+  explicit abort_switch(std::nullptr_t) noexcept {}
 
   /// Raises the switch; async-signal-safe.
   void raise() noexcept {

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "gradsync/core/deadline.hpp"
 
 namespace gradsync {
+
+class flight_recorder;  // core/flight_recorder.hpp
 
 /// Per-call options shared by every allreduce entry point.
 struct call_options {
@@ -21,6 +24,12 @@ struct call_options {
   /// tensor and the index, instead of a result every replica trains on (check/finite.hpp).
   /// Host memory, floating types. Default: GRADSYNC_CHECK_FINITE, else off.
   bool check_finite = default_check_finite();
+  /// Names the call in stall warnings (core/stall.hpp), e.g. an allreducer's bucket; the
+  /// text must outlive the call.
+  std::string_view label = {};
+  /// Records the call (core/flight_recorder.hpp) and writes the record out when it fails;
+  /// an allreducer sets its own. nullptr: not recorded.
+  flight_recorder* recorder = nullptr;
 
   /// The deadline of a call starting now.
   deadline make_deadline() const {

@@ -66,6 +66,10 @@ class bucket_runner {
       gradsync::agree_finite(t_, mine, opt_.make_deadline(), name);
     }
   }
+  /// Names the bucket the next run() is for, in stall warnings and the flight recorder
+  /// (the text must outlive the run).
+  void set_label(std::string_view label) { opt_.label = label; }
+
   /// How this rank names itself in those findings.
   std::string describe_self() const {
     if constexpr (transport::is_two_level_v<Transport>) {
@@ -304,7 +308,7 @@ class bucket_runner {
   }
 
   Transport& t_;
-  const call_options opt_;
+  call_options opt_;  // label: the bucket being run (set_label)
   observe::timeline& tl_;
   staging_pool<Transport>& pool_;
 };

@@ -17,6 +17,7 @@
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/core/deadline.hpp"
+#include "gradsync/core/stall.hpp"
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/observe/timeline.hpp"
 #include "gradsync/transport/concept.hpp"
@@ -88,6 +89,10 @@ class traced_transport {
   }
 
   std::uint64_t next_seq() { return t_.next_seq(); }
+  /// Forwarded: the stall watch belongs to the wrapped transport (core/stall.hpp).
+  void enter_call(std::uint64_t seq, const call_note& note) {
+    gradsync::detail::enter_call(t_, seq, note);
+  }
   workspace& scratch() { return t_.scratch(); }
   auto executor() const {
     timed_executor<decltype(t_.executor())> ex{t_.executor()};

@@ -3,15 +3,18 @@
 // multi-device). The embedded default transport.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gradsync/core/abort.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/core/stall.hpp"
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/concept.hpp"
@@ -86,7 +89,10 @@ class local {
                                                   : "before this rank could receive from the peer");
     }
     if (!r.msg_) return;
-    const int st = group_->wait(rank_, *r.msg_, r.peer_, d.at, abort_);
+    const int st = group_->wait(rank_, *r.msg_, r.peer_, d.at, abort_,
+                                [this](std::chrono::steady_clock::time_point now) {
+                                  if (stall_.due(now)) report_stall();
+                                });
     const auto& m = *r.msg_;
     if (st == 0 && m.size_mismatch.load()) {
       const std::size_t mine = m.bytes, theirs = m.other_bytes;
@@ -125,6 +131,12 @@ class local {
   /// ~10 ms (core/abort.hpp). Thread-safe and async-signal-safe.
   void abort() noexcept { abort_.raise(); }
 
+  /// This rank enters call `seq` (the entry points call it; core/stall.hpp).
+  void enter_call(std::uint64_t seq, const call_note& note) {
+    stall_.enter(seq, note);
+    group_->publish_entered(rank_, stall_.entered());
+  }
+
   std::uint64_t next_seq() { return seq_++; }
   std::uint64_t last_seq() const { return seq_ - 1; }
   workspace& scratch() { return scratch_; }
@@ -132,6 +144,15 @@ class local {
 
  private:
   error_site site(std::size_t peer) const { return {rank_, peer, seq_ - 1}; }
+
+  // The stall warning: every other rank's count of entered calls, from the group's board.
+  void report_stall() const {
+    std::vector<peer_position> where;
+    for (std::size_t q = 0; q < size(); ++q) {
+      if (q != rank_) where.push_back({q, "rank " + std::to_string(q), true, group_->entered(q)});
+    }
+    stall_.warn(rank_, "rank " + std::to_string(rank_), where);
+  }
 
   request post(bool is_send, std::size_t peer, void* buf, std::size_t bytes, std::uint32_t tag) {
     if (peer >= size()) {
@@ -160,6 +181,7 @@ class local {
   std::uint64_t seq_ = 0;
   workspace scratch_;
   abort_switch abort_;
+  stall_watch stall_;
 };
 
 static_assert(gradsync::transport_policy<local>);

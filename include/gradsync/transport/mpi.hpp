@@ -60,6 +60,7 @@
 #include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/mpi/poll.hpp"
+#include "gradsync/transport/mpi/stall.hpp"
 #include "gradsync/transport/mpi/stage.hpp"
 #include "gradsync/transport/mpi/types.hpp"
 
@@ -225,7 +226,7 @@ class mpi {
 
   mpi(const mpi&) = delete;
   mpi& operator=(const mpi&) = delete;
-  mpi(mpi&& o) noexcept { swap(o); }
+  mpi(mpi&& o) noexcept : stall_(seconds_d{0}), abort_(nullptr) { swap(o); }
   mpi& operator=(mpi&& o) noexcept {
     if (this != &o) {
       release();
@@ -258,6 +259,16 @@ class mpi {
     return post(false, peer, data, bytes, tag);
   }
 
+ private:
+  // What mpi_poll runs between polls: the stall inspector (mpi/stall.hpp).
+  auto stall_poll() {
+    return [this](std::chrono::steady_clock::time_point now) {
+      stall_.poll(now, comm_, rank_, world_.size() == size_ ? world_[rank_] : rank_,
+                  [this](std::size_t q) { return describe_rank(q); });
+    };
+  }
+
+ public:
   /// Completes every piece of `r` or throws: errc::timeout past `d`, errc::mismatch when
   /// the peer sent a different number of bytes, errc::transport for any other MPI error.
   void wait(request& r, deadline d) {
@@ -265,8 +276,8 @@ class mpi {
     while (r.next_ < r.parts_) {
       MPI_Request& q = r.part(r.next_);
       MPI_Status st;
-      const int rc =
-          detail::mpi_poll(q, st, d, r.piece_bytes(r.next_) >= detail::mpi_bulk_bytes, &abort_);
+      const int rc = detail::mpi_poll(q, st, d, r.piece_bytes(r.next_) >= detail::mpi_bulk_bytes,
+                                      &abort_, stall_poll());
       if (rc == detail::mpi_poll_aborted) aborted(r, "while this rank waited to ");
       if (rc == detail::mpi_poll_timed_out) {
         const std::size_t peer = r.peer_, bytes = r.bytes_;
@@ -297,6 +308,9 @@ class mpi {
     r.drop_stage(true);
     r.reset();
   }
+
+  /// This rank enters call `seq` (the entry points call it; core/stall.hpp).
+  void enter_call(std::uint64_t seq, const call_note& note) { stall_.watch().enter(seq, note); }
 
   /// Makes this rank's wait in flight and every later one fail with errc::aborted within
   /// ~1 ms (core/abort.hpp); its peers then time out, or the job is ended
@@ -347,7 +361,7 @@ class mpi {
       MPI_Status st;
       const int rc = detail::mpi_poll(
           req, st, ctx.until, static_cast<std::size_t>(len) * sizeof(T) >= detail::mpi_bulk_bytes,
-          &abort_);
+          &abort_, stall_poll());
       if (rc == detail::mpi_poll_timed_out || rc == detail::mpi_poll_aborted) {
         // MPI forbids cancelling or freeing a nonblocking collective: keep it until it
         // completes (if the late ranks ever join) and refuse further native calls.
@@ -440,6 +454,7 @@ class mpi {
       rank_ = static_cast<std::size_t>(r);
       size_ = static_cast<std::size_t>(n);
       find_hosts();
+      stall_.setup(comm_, size_);
       stage_ = std::make_shared<detail::mpi_stage_pool>(
           opt_.stage_limit_bytes, opt_.stage_limit_bytes > 0 && detail::thp_available());
     } catch (...) {
@@ -504,6 +519,7 @@ class mpi {
         MPI_Test(&q, &done, MPI_STATUS_IGNORE);  // if the late ranks joined, it is done
       }
       ops_.release();
+      stall_.release(comm_);
       MPI_Comm_free(&comm_);  // pending operations still complete; MPI frees it after
     }
     comm_ = MPI_COMM_NULL;
@@ -516,6 +532,7 @@ class mpi {
     std::swap(opt_, o.opt_);
     std::swap(seq_, o.seq_);
     std::swap(abort_, o.abort_);
+    std::swap(stall_, o.stall_);
     std::swap(scratch_, o.scratch_);
     std::swap(stage_, o.stage_);
     std::swap(ops_, o.ops_);
@@ -610,6 +627,7 @@ class mpi {
   detail::mpi_op_cache ops_;
   std::vector<MPI_Request> abandoned_;  // timed-out nonblocking collectives (see above)
   bool native_stuck_ = false;
+  detail::mpi_stall stall_;          // the stall inspector's board (mpi/stall.hpp)
   abort_switch abort_;               // abort()
   bool network_ = false;             // the ranks span hosts (crosses_network)
   std::vector<std::uint32_t> host_;  // per rank: the lowest rank on its host

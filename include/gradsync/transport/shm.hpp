@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "gradsync/core/abort.hpp"
+#include "gradsync/core/stall.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/log.hpp"
@@ -189,9 +190,32 @@ class shm_state {
   bool broken_ = false;
   workspace scratch_;
   abort_switch abort_;  // shm::abort()
+  stall_watch stall_;   // the stall inspector (core/stall.hpp)
   clock::time_point next_health_{};
   std::vector<std::size_t> job_ranks_;  // per group rank: its rank in the job (or empty)
   std::string host_;
+
+  // Rank q as messages name it: its job rank and host when the options gave them.
+  std::string describe(std::size_t q) const {
+    std::string s = "rank " + std::to_string(job_ranks_.empty() ? q : job_ranks_[q]);
+    return host_.empty() ? s : s + " on " + host_;
+  }
+
+  void enter_call(std::uint64_t seq, const call_note& note) {
+    stall_.enter(seq, note);
+    shared_word(seg_.ctl(rank_).entered).store(stall_.entered(), std::memory_order_relaxed);
+  }
+
+  // The stall warning: where every other rank is, from the segment's board.
+  void report_stall() const {
+    std::vector<peer_position> where;
+    for (std::size_t q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      where.push_back(
+          {q, describe(q), true, shared_word(seg_.ctl(q).entered).load(std::memory_order_relaxed)});
+    }
+    stall_.warn(job_ranks_.empty() ? rank_ : job_ranks_[rank_], describe(rank_), where);
+  }
 
   // Names the job's ranks and the host when the options gave them (ranks of a larger
   // job, e.g. two_level's node level), the group's ranks otherwise.
@@ -283,6 +307,7 @@ class shm_state {
       fail(errc::aborted, peer,
            abort_message(std::string("while this rank waited ") + waiting_for));
     }
+    if (stall_.due(now)) report_stall();
     if (now >= until) {
       fail(errc::timeout, peer,
            std::string("deadline passed while waiting ") + waiting_for +
@@ -475,6 +500,9 @@ class shm {
                       " bytes, the peer sent " + std::to_string(sent));
     }
   }
+
+  /// This rank enters call `seq` (the entry points call it; core/stall.hpp).
+  void enter_call(std::uint64_t seq, const call_note& note) { st_->enter_call(seq, note); }
 
   /// Makes this rank's wait in flight and every later one fail with errc::aborted within
   /// ~20 ms (core/abort.hpp); the rank is then marked failed, so peers waiting for it get

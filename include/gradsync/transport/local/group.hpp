@@ -37,8 +37,16 @@ struct local_msg {
 
 class local_group {
  public:
-  explicit local_group(std::size_t n) : ranks_(n) {
+  explicit local_group(std::size_t n) : ranks_(n), entered_(n) {
     if (n == 0) throw error(errc::invalid_argument, {}, "a local group needs at least one rank");
+  }
+
+  /// The stall inspector's board (core/stall.hpp): how many calls each rank has entered.
+  void publish_entered(std::size_t rank, std::uint64_t entered) {
+    entered_[rank].store(entered, std::memory_order_relaxed);
+  }
+  std::uint64_t entered(std::size_t rank) const {
+    return entered_[rank].load(std::memory_order_relaxed);
   }
 
   std::size_t size() const { return ranks_.size(); }
@@ -83,13 +91,15 @@ class local_group {
 
   /// Blocks rank `me` until `m` is done, its peer has left, the deadline passes or `stop`
   /// is raised. Returns 0 when done, 1 when the peer left, 2 on timeout, 3 when stopped.
+  /// `idle(now)` runs between the slices of a blocked wait (the stall inspector).
   /// Spins 64 rounds, then yields for up to `yield_for` of wall time, then blocks on the
   /// rank's condition variable. The yield phase is bounded by time, not by a count: when
   /// another process holds the core, each yield can give it a whole time slice (several
   /// ms, longer for a thread at a raised nice value such as the allreducer's progress
   /// thread), and 2000 counted yields once took 11 s past a 0.3 s deadline.
+  template <class Idle>
   int wait(std::size_t me, const local_msg& m, std::size_t peer,
-           std::chrono::steady_clock::time_point until, const abort_switch& stop) {
+           std::chrono::steady_clock::time_point until, const abort_switch& stop, Idle&& idle) {
     // The condition variable is waited on in slices: abort() may come from a signal
     // handler, which cannot notify it.
     constexpr auto slice = std::chrono::milliseconds(10);
@@ -111,6 +121,10 @@ class local_group {
       if (stop.raised()) return 3;
       const auto now = std::chrono::steady_clock::now();
       if (now >= until) return m.done.load(std::memory_order_acquire) ? 0 : 2;
+      lk.unlock();
+      idle(now);
+      lk.lock();
+      if (m.done.load(std::memory_order_acquire)) return 0;
       r.cv.wait_until(lk, std::min(until, now + slice));
     }
   }
@@ -159,6 +173,7 @@ class local_group {
   }
 
   std::vector<rank_state> ranks_;
+  std::vector<std::atomic<std::uint64_t>> entered_;  // per rank: calls entered (stall board)
 };
 
 }  // namespace gradsync::transport::detail

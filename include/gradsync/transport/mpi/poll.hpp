@@ -69,12 +69,19 @@ inline constexpr int mpi_poll_timed_out = -1;
 /// What mpi_poll returns when the transport was aborted (abort()).
 inline constexpr int mpi_poll_aborted = -2;
 
+/// Nothing to do between polls.
+struct no_idle {
+  void operator()(clock::time_point) const {}
+};
+
 /// Polls `req` with MPI_Test until it completes (returns MPI_SUCCESS or MPI's error code,
 /// `st` filled in), `d` passes (returns mpi_poll_timed_out, `req` still active) or `stop`
 /// is raised (mpi_poll_aborted, likewise). `bulk`: the request moves at least
-/// mpi_bulk_bytes (see mpi_backoff).
-inline int mpi_poll(MPI_Request& req, MPI_Status& st, deadline d, bool bulk = false,
-                    const abort_switch* stop = nullptr) {
+/// mpi_bulk_bytes (see mpi_backoff). `idle(now)` runs between polls (the stall
+/// inspector, mpi/stall.hpp).
+template <class Idle = no_idle>
+int mpi_poll(MPI_Request& req, MPI_Status& st, deadline d, bool bulk = false,
+             const abort_switch* stop = nullptr, Idle&& idle = {}) {
   mpi_backoff b(bulk);
   for (;;) {
     int done = 0;
@@ -82,7 +89,9 @@ inline int mpi_poll(MPI_Request& req, MPI_Status& st, deadline d, bool bulk = fa
     if (rc != MPI_SUCCESS) return rc;
     if (done) return MPI_SUCCESS;
     if (stop && stop->raised()) return mpi_poll_aborted;
-    if (d.expired()) return mpi_poll_timed_out;
+    const auto now = clock::now();
+    if (now >= d.at) return mpi_poll_timed_out;
+    idle(now);
     b.pause();
   }
 }

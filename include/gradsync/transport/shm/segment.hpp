@@ -74,6 +74,7 @@ struct rank_ctl {
   alignas(cache_line) std::int32_t pid;
   std::uint32_t state;       // rank_state
   std::uint64_t start_time;  // /proc/<pid>/stat field 22; tells a reused pid apart
+  std::uint64_t entered;     // calls this rank has entered (the stall inspector's board)
   // Flag lines 2 and 3 (flags 0 and 1 share the first line of their slot).
   alignas(cache_line) std::uint64_t stage;
   alignas(cache_line) std::uint64_t done;

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+// The stall inspector's part in every transport. A rank that has waited in one collective
+// longer than GRADSYNC_STALL_WARN seconds (default: a tenth of the deadline, at least 5 s)
+// logs one warning naming the ranks that have not entered that call yet, with the call's
+// sequence number, what it is and, in an allreducer, its bucket; then again at most once
+// per threshold while the wait lasts. Each transport keeps a stall_watch: the entry of
+// each call (enter_call, from the entry points), and a check it runs between polls of its
+// waits, which asks the transport's own board of where each rank is (local and shm: shared
+// memory; mpi: a query answered from the peers' waits). Nothing goes on the wire, and no
+// string is built, until a call has actually stalled.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gradsync/core/deadline.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/log.hpp"
+#include "gradsync/core/op.hpp"
+
+namespace gradsync {
+
+/// What a collective is, as the stall warning names it (plain values and views of static
+/// or caller-owned text: noting a call builds nothing).
+struct call_note {
+  std::string_view kind = "allreduce";  ///< the collective
+  std::string_view algorithm;           ///< A::name
+  dtype type = dtype::f32;
+  reduce_op op = reduce_op::sum;
+  std::size_t count = 0;
+  std::string_view label;  ///< call_options::label (an allreducer's bucket); may be empty
+};
+
+/// Where one peer stands, for the warning.
+struct peer_position {
+  std::size_t rank = 0;       ///< the peer as messages name it (describe_rank)
+  std::string name;           ///< "rank 5 on node-b"
+  bool known = true;          ///< false: it did not answer (not in a gradsync wait)
+  std::uint64_t entered = 0;  ///< calls it has entered (its last call's seq + 1)
+};
+
+/// One transport's stall clock and the call it is in.
+class stall_watch {
+  using clock = std::chrono::steady_clock;
+
+ public:
+  /// The threshold from GRADSYNC_STALL_WARN (or the default timeout's tenth, >= 5 s).
+  stall_watch() : warn_(stall_threshold(default_timeout())) {}
+  /// A given threshold (no environment: cannot throw).
+  explicit stall_watch(seconds_d warn) noexcept : warn_(warn) {}
+
+  /// This rank enters call `seq` now.
+  void enter(std::uint64_t seq, const call_note& note) {
+    seq_ = seq;
+    note_ = note;
+    entered_ = seq + 1;
+    next_ = clock::now() + std::chrono::duration_cast<clock::duration>(warn_);
+    start_ = next_ - std::chrono::duration_cast<clock::duration>(warn_);
+  }
+  /// Calls this rank has entered (the last call's seq + 1; 0: none yet).
+  std::uint64_t entered() const { return entered_; }
+
+  /// True when a warning is due at `now` (the call has waited past the threshold and
+  /// no warning was given within the last threshold); then the next is a threshold later.
+  bool due(clock::time_point now) {
+    if (entered_ == 0 || now < next_) return false;
+    next_ = now + std::chrono::duration_cast<clock::duration>(warn_);
+    return true;
+  }
+  /// The threshold.
+  seconds_d threshold() const { return warn_; }
+
+  /// Logs the warning from `positions` (every peer of the group), naming those that have
+  /// not entered this call. `me`: this rank as messages name it.
+  void warn(std::size_t log_rank, const std::string& me,
+            const std::vector<peer_position>& positions) const {
+    std::string late;
+    std::size_t n_late = 0;
+    for (const peer_position& p : positions) {
+      if (p.known && p.entered >= entered_) continue;
+      if (n_late++ < 16) {
+        late += (late.empty() ? "" : ", ") + p.name;
+        if (!p.known) {
+          late += " (not in a gradsync call: computing, or stuck outside gradsync)";
+        } else if (p.entered == 0) {
+          late += " (no call yet)";
+        } else {
+          late += " (still at op #" + std::to_string(p.entered - 1) + ")";
+        }
+      }
+    }
+    if (n_late > 16) late += ", and " + std::to_string(n_late - 16) + " more";
+    const double waited = std::chrono::duration<double>(clock::now() - start_).count();
+    const std::string what = describe();
+    if (n_late == 0) {
+      log(log_level::warn, log_rank,
+          "stall: %s has waited %.1f s in op #%llu (%s); every rank has entered it, so one "
+          "of them is slow inside it",
+          me.c_str(), waited, static_cast<unsigned long long>(seq_), what.c_str());
+    } else {
+      log(log_level::warn, log_rank,
+          "stall: %s has waited %.1f s in op #%llu (%s); not yet entered by %s", me.c_str(), waited,
+          static_cast<unsigned long long>(seq_), what.c_str(), late.c_str());
+    }
+  }
+
+ private:
+  std::string describe() const {
+    std::string s = std::string(note_.kind);
+    if (!note_.algorithm.empty()) s += " " + std::string(note_.algorithm);
+    s += " of " + std::to_string(note_.count) + " " + std::string(dtype_name(note_.type)) + " (" +
+         std::to_string(note_.count * dtype_size(note_.type)) + " bytes), op " +
+         std::string(op_name(note_.op));
+    if (!note_.label.empty()) s += ", " + std::string(note_.label);
+    return s;
+  }
+
+  seconds_d warn_;
+  std::uint64_t seq_ = 0, entered_ = 0;
+  call_note note_{};
+  clock::time_point start_{}, next_{};
+};
+
+namespace detail {
+/// Tells t that this rank enters call `seq` (its stall watch), when t keeps one.
+template <class Tr>
+void enter_call(Tr& t, std::uint64_t seq, const call_note& note) {
+  if constexpr (requires { t.enter_call(seq, note); }) t.enter_call(seq, note);
+}
+}  // namespace detail
+
+}  // namespace gradsync
