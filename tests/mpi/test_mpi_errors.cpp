@@ -347,3 +347,51 @@ GS_MPI_TEST("errors: native timeout inside MPI_Iallreduce, then the late rank jo
   gs::testbed::keep_until_exit(std::move(v));
   gs::testbed::keep_until_exit(std::move(t));
 }
+
+// A rank that is not in any gradsync call (dead, stopped, busy elsewhere) does not answer
+// the stall inspector's query: at their timeout the others name it, also those that
+// were waiting on another rank (which was itself waiting for the silent one).
+GS_MPI_TEST("errors: a timeout names the rank that does not answer, whoever was awaited", 30) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  const std::size_t silent = t.size() - 1;
+  std::vector<float> v(1000);
+  if (t.rank() != silent) {
+    const auto t0 = clk::now();
+    const std::string m = GS_CHECK_ERROR(
+        gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, within(0.3)),
+        gs::errc::timeout);
+    GS_CHECK_MSG(since(t0) < 3.0, "timeout after " + std::to_string(since(t0)) + " s");
+    GS_CHECK_MSG(contains(m, "no answer within 500 ms from " + t.describe_rank(silent)), m);
+    for (std::size_t q = 0; q + 1 < t.size(); ++q) {  // the ranks that did answer
+      GS_CHECK_MSG(!contains(m, "from " + t.describe_rank(q) + " ("), m);
+    }
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // outside gradsync
+  }
+  gs::testbed::keep_until_exit(std::move(t));
+}
+
+// two_level relays a failure of one level to the other through announce_failure: on
+// mpi a notice that ends every peer's wait at once with peer_lost quoting the cause.
+GS_MPI_TEST("errors: a failure announced by a rank ends the others' waits, quoting it", 30) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  const std::size_t failed = t.size() / 2;
+  std::vector<float> v(100000);
+  if (t.rank() != failed) {
+    const auto t0 = clk::now();
+    const std::string m = GS_CHECK_ERROR(
+        gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, within(20)),
+        gs::errc::peer_lost);
+    GS_CHECK_MSG(since(t0) < 3.0, "the notice took " + std::to_string(since(t0)) + " s");
+    GS_CHECK_MSG(contains(m, t.describe_rank(failed) + " failed and told this rank why: "
+                                                       "rank 9 on node-z died (a test)"),
+                 m);
+    GS_CHECK_MSG(contains(t.failure_notice(), "rank 9 on node-z died"), t.failure_notice());
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    t.announce_failure("rank 9 on node-z died (a test)");
+  }
+  gs::testbed::keep_until_exit(std::move(t));
+}

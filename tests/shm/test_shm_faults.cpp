@@ -180,6 +180,41 @@ TEST_CASE("shm: abort() ends the rank's wait at once and its peer learns it") {
   CHECK(out[1].seconds < 3);  // found at once, not after its own 20 s deadline
 }
 
+// two_level relays a failure of one level to the other through announce_failure: on
+// shm the rank is marked failed with the cause, which every waiting peer quotes, and
+// which the peers of those peers quote in turn.
+TEST_CASE("shm: a failure announced by a rank ends its peers' waits at once, quoting it") {
+  gs::testbed::watchdog wd(30, "shm announce test");
+  const auto out = gs::testbed::fork_ranks(
+      3, gs::testbed::unique_job("announce"),
+      [](gs::transport::shm& t, rank_env&) {
+        std::vector<float> v(100000, 1.0f);
+        gs::call_options opt;
+        opt.timeout = gs::seconds_d(20);
+        if (t.rank() == 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          t.announce_failure("rank 9 on node-z died (a test)");
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          return;
+        }
+        try {
+          gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, opt);
+        } catch (const gs::error& e) {  // the parent checks what failure_notice() says too
+          throw gs::error(e.code(), e.site(), "notice=[" + t.failure_notice() + "] " + e.what());
+        }
+      },
+      {.time_limit = 25, .max_records = 4, .configure = {}, .while_running = {}});
+  for (std::size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << out[r].what);
+    CHECK(out[r].error_code == static_cast<int>(gs::errc::peer_lost));
+    CHECK(out[r].what.find("notice=[rank ") != std::string::npos);
+    CHECK(out[r].what.find(" failed; it reported: ") != std::string::npos);
+    CHECK(out[r].what.find("rank 9 on node-z died (a test)") != std::string::npos);
+    CHECK(out[r].seconds < 3);  // at once, not after the 20 s deadline
+  }
+  CHECK(out[2].status == 0);
+}
+
 // The stall inspector over shm: rank 0's warning, from the segment's board, names the
 // late rank (by its job rank and host when the options give them) and only it.
 TEST_CASE("shm: a stalled call's warning names exactly the rank that has not entered it") {

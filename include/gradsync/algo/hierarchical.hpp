@@ -93,9 +93,22 @@ struct hierarchical {
       note.kind = "allreduce";
       opt.recorder->enter(in_seq, note);
     }
-    gradsync::detail::recorded(
-        opt, in_seq, [&] { run_levels(t, in, out, data, op, opt, phase, until, in_seq, out_seq); },
-        opt.recorder ? t.describe_self() : std::string());
+    try {
+      gradsync::detail::recorded(
+          opt, in_seq,
+          [&] { run_levels(t, in, out, data, op, opt, phase, until, in_seq, out_seq); },
+          opt.recorder ? t.describe_self() : std::string());
+    } catch (const error& e) {
+      t.relay_failure(e);               // the other level's peers stop waiting for this rank
+      if (e.code() == errc::timeout) {  // the lost rank may be known on the other level
+        const std::string notice = t.failure_notice();
+        if (!notice.empty()) {
+          throw error(errc::peer_lost, e.site(),
+                      notice + " (this rank had timed out meanwhile: " + e.what() + ")");
+        }
+      }
+      throw;
+    }
   }
 
  private:

@@ -263,9 +263,21 @@ class mpi {
   // What mpi_poll runs between polls: the stall inspector (mpi/stall.hpp).
   auto stall_poll() {
     return [this](std::chrono::steady_clock::time_point now) {
-      stall_.poll(now, comm_, rank_, world_.size() == size_ ? world_[rank_] : rank_,
-                  [this](std::size_t q) { return describe_rank(q); });
+      return stall_.poll(now, comm_, rank_, world_.size() == size_ ? world_[rank_] : rank_,
+                         [this](std::size_t q) { return describe_rank(q); });
     };
+  }
+  // The error for a wait ended by a peer's failure notice (announce_failure).
+  [[noreturn]] void peer_failed() const {
+    const std::size_t from = stall_.notice_from();
+    throw error(errc::peer_lost, site(from),
+                describe_rank(from) + " failed and told this rank why: " + stall_.notice());
+  }
+  // At a timeout, the peers that do not answer the stall inspector's query within half
+  // a second: the rank waited on may be alive and itself waiting for a lost one.
+  std::string silent_peers() {
+    return stall_.silent_peers(comm_, rank_, std::chrono::milliseconds(500),
+                               [this](std::size_t q) { return describe_rank(q); });
   }
 
  public:
@@ -273,12 +285,20 @@ class mpi {
   /// the peer sent a different number of bytes, errc::transport for any other MPI error.
   void wait(request& r, deadline d) {
     if (abort_.raised()) aborted(r, "before this rank could ");
+    if (stall_.notice_from() != detail::mpi_stall::no_notice) {
+      r.cancel();
+      peer_failed();
+    }
     while (r.next_ < r.parts_) {
       MPI_Request& q = r.part(r.next_);
       MPI_Status st;
       const int rc = detail::mpi_poll(q, st, d, r.piece_bytes(r.next_) >= detail::mpi_bulk_bytes,
                                       &abort_, stall_poll());
       if (rc == detail::mpi_poll_aborted) aborted(r, "while this rank waited to ");
+      if (rc == detail::mpi_poll_peer_failed) {
+        r.cancel();
+        peer_failed();
+      }
       if (rc == detail::mpi_poll_timed_out) {
         const std::size_t peer = r.peer_, bytes = r.bytes_;
         const std::uint32_t tag = r.tag_;
@@ -288,7 +308,8 @@ class mpi {
                     std::string("deadline passed while waiting to ") +
                         (send ? "send " : "receive ") + std::to_string(bytes) + " bytes " +
                         (send ? "to" : "from") + " the peer (tag " + std::to_string(tag) +
-                        "; set GRADSYNC_TIMEOUT or call_options::timeout to wait longer)");
+                        "; set GRADSYNC_TIMEOUT or call_options::timeout to wait longer)" +
+                        silent_peers());
       }
       if (rc != MPI_SUCCESS) fail(r, rc);
       if (!r.is_send_) {
@@ -307,6 +328,18 @@ class mpi {
     }
     r.drop_stage(true);
     r.reset();
+  }
+
+  /// Tells every peer that this rank failed, and why (transport::two_level relays a
+  /// failure of its other level this way): their waits on this transport end at once
+  /// with errc::peer_lost quoting `cause`. Nonblocking; once per transport.
+  void announce_failure(const char* cause) noexcept { stall_.announce(comm_, rank_, cause); }
+  /// A peer's failure notice that has arrived ("rank 2 on node-b failed and told this rank
+  /// why: ..."), or "" (two_level prefers it to a timeout of its other level).
+  std::string failure_notice() {
+    if (comm_ == MPI_COMM_NULL || !stall_.take_notice(comm_)) return {};
+    return describe_rank(stall_.notice_from()) +
+           " failed and told this rank why: " + stall_.notice();
   }
 
   /// This rank enters call `seq` (the entry points call it; core/stall.hpp).
@@ -362,7 +395,8 @@ class mpi {
       const int rc = detail::mpi_poll(
           req, st, ctx.until, static_cast<std::size_t>(len) * sizeof(T) >= detail::mpi_bulk_bytes,
           &abort_, stall_poll());
-      if (rc == detail::mpi_poll_timed_out || rc == detail::mpi_poll_aborted) {
+      if (rc == detail::mpi_poll_timed_out || rc == detail::mpi_poll_aborted ||
+          rc == detail::mpi_poll_peer_failed) {
         // MPI forbids cancelling or freeing a nonblocking collective: keep it until it
         // completes (if the late ranks ever join) and refuse further native calls.
         abandoned_.push_back(req);
@@ -370,11 +404,13 @@ class mpi {
         if (rc == detail::mpi_poll_aborted) {
           abort_switch::throw_aborted(where, "while this rank waited in MPI_Iallreduce");
         }
+        if (rc == detail::mpi_poll_peer_failed) peer_failed();
         throw error(errc::timeout, where,
                     "deadline passed in MPI_Iallreduce of " + std::to_string(count) + " " +
                         std::string(dtype_name(dtype_of<T>::value)) +
                         " (some rank did not join; set GRADSYNC_TIMEOUT or "
-                        "call_options::timeout to wait longer)");
+                        "call_options::timeout to wait longer)" +
+                        silent_peers());
       }
       detail::check_mpi(rc, "MPI_Iallreduce", where);
     }
@@ -454,7 +490,7 @@ class mpi {
       rank_ = static_cast<std::size_t>(r);
       size_ = static_cast<std::size_t>(n);
       find_hosts();
-      stall_.setup(comm_, size_);
+      stall_.setup(size_);
       stage_ = std::make_shared<detail::mpi_stage_pool>(
           opt_.stage_limit_bytes, opt_.stage_limit_bytes > 0 && detail::thp_available());
     } catch (...) {

@@ -42,6 +42,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -251,12 +252,45 @@ class shm_state {
 
   /// Throws (after marking this rank failed, so that its peers stop waiting for it).
   [[noreturn]] void fail(errc code, std::size_t peer, const std::string& what) {
+    error e(code, site(peer), what);
     if (code == errc::timeout || code == errc::peer_lost || code == errc::aborted) {
-      shared_word(seg_.ctl(rank_).state).store(rs_failed, std::memory_order_release);
-      wake_all();
-      broken_ = true;
+      mark_failed(e.what());
     }
-    throw error(code, site(peer), what);
+    throw e;
+  }
+
+  /// Publishes `cause`, then the failed state (peers read the cause after it), and wakes
+  /// every peer; this transport is unusable afterwards.
+  void mark_failed(const char* cause) noexcept {
+    rank_ctl& me = seg_.ctl(rank_);
+    if (!broken_) {
+      const std::size_t n = ::strnlen(cause, rank_cause_bytes - 1);
+      std::memcpy(me.cause, cause, n);
+      me.cause[n] = '\0';
+    }
+    shared_word(me.state).store(rs_failed, std::memory_order_release);
+    wake_all();
+    broken_ = true;
+  }
+
+  std::string failure_notice() const {
+    for (std::size_t q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      const rank_ctl& c = seg_.ctl(q);
+      if (shared_word(c.state).load(std::memory_order_acquire) != rs_failed) continue;
+      const std::string cause = peer_cause(c);
+      if (!cause.empty()) {
+        return "rank " + std::to_string(site(q).peer) + (host_.empty() ? "" : " on " + host_) +
+               " failed" + cause;
+      }
+    }
+    return {};
+  }
+
+  /// "; it reported: <cause>" for a failed peer that left one, else "".
+  static std::string peer_cause(const rank_ctl& c) {
+    const std::size_t n = ::strnlen(c.cause, rank_cause_bytes);
+    return n ? "; it reported: " + std::string(c.cause, n) : std::string();
   }
 
   void check_usable() {
@@ -291,7 +325,7 @@ class shm_state {
         fail(errc::peer_lost, peer,
              std::string(
                  "the peer failed (timeout or lost peer of its own) while this rank waited ") +
-                 waiting_for);
+                 waiting_for + peer_cause(c));
       if (now >= next_health_) {
         next_health_ = now + std::chrono::milliseconds(20);
         const int pid = shared_word(c.pid).load(std::memory_order_relaxed);
@@ -508,6 +542,15 @@ class shm {
   /// ~20 ms (core/abort.hpp); the rank is then marked failed, so peers waiting for it get
   /// peer_lost at once. Thread-safe and async-signal-safe.
   void abort() noexcept { st_->abort_.raise(); }
+  /// Marks this rank failed with `cause` (transport::two_level relays a failure of its
+  /// other level this way): every peer's wait for this rank ends at once with
+  /// errc::peer_lost quoting it. The transport is unusable afterwards.
+  void announce_failure(const char* cause) noexcept {
+    if (st_) st_->mark_failed(cause);
+  }
+  /// The first peer that failed with a cause ("peer 3 failed: ..."), or "" (two_level
+  /// prefers it to a timeout of its other level).
+  std::string failure_notice() const { return st_ ? st_->failure_notice() : std::string(); }
 
   std::uint64_t next_seq() { return st_->seq_++; }
   std::uint64_t last_seq() const { return st_->seq_ - 1; }

@@ -85,6 +85,30 @@ class two_level {
     if constexpr (requires { intra_.abort(); }) intra_.abort();
     if constexpr (requires { inter_.abort(); }) inter_.abort();
   }
+  /// After this rank failed with `e` (timeout, peer_lost, aborted): tells the peers of
+  /// both levels, where the level can carry it (shm marks the rank failed with the cause,
+  /// mpi sends a notice), so that a rank lost on one level ends the waits on the other
+  /// at once, and their errors quote the first cause (the lost rank) instead of blaming
+  /// this one.
+  void relay_failure(const error& e) noexcept {
+    if (e.code() != errc::timeout && e.code() != errc::peer_lost && e.code() != errc::aborted)
+      return;
+    if constexpr (requires { intra_.announce_failure(e.what()); })
+      intra_.announce_failure(e.what());
+    if constexpr (requires { inter_.announce_failure(e.what()); })
+      inter_.announce_failure(e.what());
+  }
+  /// After this rank timed out: a failure another rank announced on either level (see
+  /// relay_failure), or "". A rank that timed out waiting on one level while the lost
+  /// rank's news sat on the other names the lost rank this way.
+  std::string failure_notice() {
+    std::string n;
+    if constexpr (requires { inter_.failure_notice(); }) n = inter_.failure_notice();
+    if constexpr (requires { intra_.failure_notice(); }) {
+      if (n.empty()) n = intra_.failure_notice();
+    }
+    return n;
+  }
   Intra& intra() { return intra_; }
   Inter& inter() { return inter_; }
   const Intra& intra() const { return intra_; }

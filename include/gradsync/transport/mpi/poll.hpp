@@ -69,16 +69,20 @@ inline constexpr int mpi_poll_timed_out = -1;
 /// What mpi_poll returns when the transport was aborted (abort()).
 inline constexpr int mpi_poll_aborted = -2;
 
+/// What mpi_poll returns when a peer announced its failure (the idle hook said so).
+inline constexpr int mpi_poll_peer_failed = -3;
+
 /// Nothing to do between polls.
 struct no_idle {
-  void operator()(clock::time_point) const {}
+  bool operator()(clock::time_point) const { return false; }
 };
 
 /// Polls `req` with MPI_Test until it completes (returns MPI_SUCCESS or MPI's error code,
 /// `st` filled in), `d` passes (returns mpi_poll_timed_out, `req` still active) or `stop`
 /// is raised (mpi_poll_aborted, likewise). `bulk`: the request moves at least
 /// mpi_bulk_bytes (see mpi_backoff). `idle(now)` runs between polls (the stall
-/// inspector, mpi/stall.hpp).
+/// inspector, mpi/stall.hpp); when it returns true (a peer announced its failure) the
+/// wait ends with mpi_poll_peer_failed, `req` still active.
 template <class Idle = no_idle>
 int mpi_poll(MPI_Request& req, MPI_Status& st, deadline d, bool bulk = false,
              const abort_switch* stop = nullptr, Idle&& idle = {}) {
@@ -91,7 +95,7 @@ int mpi_poll(MPI_Request& req, MPI_Status& st, deadline d, bool bulk = false,
     if (stop && stop->raised()) return mpi_poll_aborted;
     const auto now = clock::now();
     if (now >= d.at) return mpi_poll_timed_out;
-    idle(now);
+    if (idle(now)) return mpi_poll_peer_failed;
     b.pause();
   }
 }

@@ -7,6 +7,10 @@
 // ranks that have not entered the call — those that did not answer are not waiting in
 // gradsync at all. Nothing is sent until a call has stalled; a communicator whose tag
 // bound is too small for the two tags keeps the inspector silent.
+//
+// The same board carries failure notices: a rank that failed on another level of a
+// two_level (a lost peer inside its node) tells its peers here, on a third tag, and
+// their waits end at once with errc::peer_lost quoting the cause (announce / noticed).
 #pragma once
 
 #include <mpi.h>
@@ -14,7 +18,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gradsync/core/stall.hpp"
@@ -27,37 +33,43 @@ class mpi_stall {
  public:
   static constexpr int query_tag = 0x10000;  // above data (< 0x4000) and check (< 0x8000) tags
   static constexpr int reply_tag = 0x10001;
+  static constexpr int notice_tag = 0x10002;  // a failure a peer announces
+  static constexpr std::size_t no_notice = ~std::size_t{0};
 
   mpi_stall() = default;
   /// A board whose watch has threshold `warn` (no environment: cannot throw).
   explicit mpi_stall(seconds_d warn) noexcept : watch_(warn) {}
 
-  /// Sizes the board for `comm` (its size and tag bound).
-  void setup(MPI_Comm comm, std::size_t size) {
+  /// Sizes the board for a communicator of `size` ranks (and checks MPI's tag bound).
+  void setup(std::size_t size) {
+    // MPI_TAG_UB is cached on MPI_COMM_WORLD only; MPI_Comm_split does not copy it.
     void* ub = nullptr;
     int flag = 0;
-    MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag);
-    usable_ = flag && ub && *static_cast<int*>(ub) >= reply_tag;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    usable_ = flag && ub && *static_cast<int*>(ub) >= notice_tag;
     query_req_.assign(size, MPI_REQUEST_NULL);
     reply_req_.assign(size, MPI_REQUEST_NULL);
     query_buf_.assign(size, 0);
     reply_buf_.assign(2 * size, 0);
     answer_.assign(size, ~std::uint64_t{0});
+    notice_req_.assign(size, MPI_REQUEST_NULL);
   }
   /// Frees what is still in flight and takes in the queries and answers that arrived
   /// (before the communicator is freed, so that MPI has none left unmatched).
   void release(MPI_Comm comm) noexcept {
     if (!usable_) return;
-    for (const int tag : {query_tag, reply_tag}) {
+    for (const int tag : {query_tag, reply_tag, notice_tag}) {
       for (;;) {
         int flag = 0;
         MPI_Status st;
         if (MPI_Iprobe(MPI_ANY_SOURCE, tag, comm, &flag, &st) != MPI_SUCCESS || !flag) break;
-        std::uint64_t sink[2];
-        MPI_Recv(sink, 2, MPI_UINT64_T, st.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE);
+        int n = 0;
+        MPI_Get_count(&st, MPI_BYTE, &n);
+        std::vector<char> sink(static_cast<std::size_t>(n > 0 ? n : 1));
+        MPI_Recv(sink.data(), n, MPI_BYTE, st.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE);
       }
     }
-    for (auto* v : {&query_req_, &reply_req_}) {
+    for (auto* v : {&query_req_, &reply_req_, &notice_req_}) {
       for (MPI_Request& r : *v) {
         if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
       }
@@ -66,13 +78,61 @@ class mpi_stall {
 
   stall_watch& watch() { return watch_; }
 
+  /// At a timeout: asks every peer once more and waits up to `window` for the answers
+  /// (answering peers' queries meanwhile, so that ranks timing out together hear each
+  /// other). Returns ", no answer from <ranks> (...)" naming the silent ones — they are
+  /// not waiting in gradsync: their process died, is stopped, or is busy elsewhere — or
+  /// "" when every peer answered.
+  template <class Describe>
+  std::string silent_peers(MPI_Comm comm, std::size_t rank, std::chrono::milliseconds window,
+                           Describe&& describe) {
+    if (!usable_ || answer_.size() < 2) return {};
+    ask(comm, rank, clock::now());
+    while (answered_ + 1 < answer_.size() && clock::now() - asked_at_ < window) {
+      answer(comm);
+      collect(comm);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    asking_ = false;
+    std::string silent;
+    for (std::size_t q = 0; q < answer_.size(); ++q) {
+      if (q == rank || answer_[q] != ~std::uint64_t{0}) continue;
+      silent += (silent.empty() ? "" : ", ") + describe(q);
+    }
+    if (silent.empty()) return {};
+    return "; no answer within " + std::to_string(window.count()) + " ms from " + silent +
+           " (its process died, is stopped, or is stuck outside gradsync)";
+  }
+
+  /// Tells every peer that this rank failed, and why: their waits on this transport end
+  /// with errc::peer_lost quoting `cause`. Once per transport; nonblocking.
+  void announce(MPI_Comm comm, std::size_t rank, const char* cause) noexcept {
+    if (!usable_ || announced_ || comm == MPI_COMM_NULL) return;
+    announced_ = true;
+    try {
+      notice_out_.assign(cause, cause + ::strnlen(cause, 2048));
+    } catch (...) {
+      return;
+    }
+    for (std::size_t q = 0; q < notice_req_.size(); ++q) {
+      if (q == rank) continue;
+      MPI_Isend(notice_out_.data(), static_cast<int>(notice_out_.size()), MPI_BYTE,
+                static_cast<int>(q), notice_tag, comm, &notice_req_[q]);
+    }
+  }
+  /// The peer whose failure notice arrived (no_notice: none), and its cause.
+  std::size_t notice_from() const { return notice_from_; }
+  std::string notice() const { return std::string(notice_in_.begin(), notice_in_.end()); }
+
   /// Runs between polls of a wait of this transport: answers peers' queries and, when
   /// this rank's call has stalled, asks and then warns. `describe(q)` names rank q.
+  /// Returns true when a peer's failure notice has arrived (the wait should end).
   template <class Describe>
-  void poll(clock::time_point now, MPI_Comm comm, std::size_t rank, std::size_t log_rank,
+  bool poll(clock::time_point now, MPI_Comm comm, std::size_t rank, std::size_t log_rank,
             Describe&& describe) {
-    if (!usable_ || now < next_look_) return;
+    if (!usable_ || now < next_look_) return notice_from_ != no_notice;
     next_look_ = now + std::chrono::milliseconds(1);
+    if (take_notice(comm)) return true;
     answer(comm);
     if (asking_) {
       collect(comm);
@@ -89,6 +149,23 @@ class mpi_stall {
     } else if (watch_.due(now)) {
       ask(comm, rank, now);
     }
+    return false;
+  }
+
+  /// True when a peer's failure notice has arrived (received now if it is waiting).
+  bool take_notice(MPI_Comm comm) {
+    if (notice_from_ != no_notice) return true;
+    if (!usable_) return false;
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, notice_tag, comm, &flag, &st) != MPI_SUCCESS || !flag)
+      return false;
+    int n = 0;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    notice_in_.assign(static_cast<std::size_t>(n > 0 ? n : 0), '\0');
+    MPI_Recv(notice_in_.data(), n, MPI_BYTE, st.MPI_SOURCE, notice_tag, comm, MPI_STATUS_IGNORE);
+    notice_from_ = static_cast<std::size_t>(st.MPI_SOURCE);
+    return true;
   }
 
  private:
@@ -145,7 +222,10 @@ class mpi_stall {
   }
 
   stall_watch watch_;
-  bool usable_ = false, asking_ = false;
+  bool usable_ = false, asking_ = false, announced_ = false;
+  std::size_t notice_from_ = no_notice;
+  std::vector<char> notice_out_, notice_in_;  // heap buffers: a pending send survives a move
+  std::vector<MPI_Request> notice_req_;
   std::uint64_t query_id_ = 0;
   std::size_t answered_ = 0;
   clock::time_point next_look_{}, asked_at_{};

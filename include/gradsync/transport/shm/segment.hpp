@@ -66,6 +66,9 @@ struct seg_header {
 
 /// Per-rank control block; each group of words is on its own cache line so that a
 /// spinning reader never shares a line with an unrelated writer.
+/// Room for a failed rank's cause (rank_ctl::cause), terminator included.
+inline constexpr std::size_t rank_cause_bytes = 512;
+
 struct rank_ctl {
   // Wake line: peers bump `bell` and FUTEX_WAKE it when `sleeping` is set.
   alignas(cache_line) std::uint32_t bell;
@@ -78,6 +81,9 @@ struct rank_ctl {
   // Flag lines 2 and 3 (flags 0 and 1 share the first line of their slot).
   alignas(cache_line) std::uint64_t stage;
   alignas(cache_line) std::uint64_t done;
+  // Why this rank failed, NUL-terminated, written before `state` turns rs_failed: a
+  // peer's error quotes it, so a failure keeps naming its first cause rank after rank.
+  alignas(cache_line) char cause[rank_cause_bytes];
 };
 
 /// The head of a small slot: its flag and the call header share one cache line with
