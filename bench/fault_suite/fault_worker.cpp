@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// One rank of bench/fault_suite: allreduces in a loop until the suite injects a fault
+// (SIGKILL or SIGSTOP of a rank, a host's link taken down), then records what it saw in
+// OUT/rank<R>.txt and ends the way the docs tell users to (docs/reliability.md):
+//   shm        exit(3) after the transport is gone (the segment is unlinked at attach)
+//   mpi        transport::abort_job, so the job ends even where the launcher cannot reach
+//   two_level  a rank (across simulated hosts)
+// Lines written: "started pid=<pid> host=<host>" once a few calls went through on every
+// rank, then "error code=<errc> t=<unix time> what=<message>".
+// An MPI rank waits `linger` seconds after its error before abort_job, so that every
+// rank records its own error before the launcher, told by the first abort, kills them
+// (the suite checks each survivor's; 1 s when not given).
+//   fault_worker shm|mpi|two_level OUT_DIR [elements] [seconds_between_calls] [linger]
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gradsync/algo/auto_select.hpp>
+#include <gradsync/algo/hierarchical.hpp>
+#include <gradsync/allreduce.hpp>
+#include <gradsync/transport/mpi.hpp>
+#include <gradsync/transport/mpi/exit.hpp>
+#include <gradsync/transport/shm.hpp>
+#include <gradsync/transport/two_level/from_mpi.hpp>
+
+namespace gs = gradsync;
+
+namespace {
+
+double unix_now() {  // wall clock: the suite compares it with when it injected the fault
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct recorder {
+  std::string file;
+  void line(const std::string& s) const { std::ofstream(file, std::ios::app) << s << "\n"; }
+  void error(const gs::error& e, std::size_t calls) const {
+    char when[64];
+    std::snprintf(when, sizeof when, "%.3f", unix_now());
+    line(std::string("error code=") + std::string(gs::errc_name(e.code())) +
+         " calls=" + std::to_string(calls) + " t=" + when + " what=" + e.what());
+  }
+};
+
+// Allreduces until an error; returns the calls made.
+template <class Run>
+std::size_t loop(const recorder& rec, double pause, Run&& run) {
+  std::size_t calls = 0;
+  for (;; ++calls) {
+    run();
+    if (calls == 3) {
+      const char* host = std::getenv("GS_NETNS");
+      rec.line("started pid=" + std::to_string(::getpid()) + " host=" + (host ? host : "local"));
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr,
+                 "usage: fault_worker shm|mpi|two_level OUT_DIR [elements] [pause_s] [linger_s]\n");
+    return 2;
+  }
+  const std::string kind = argv[1];
+  const std::string out = argv[2];
+  const std::size_t elements = argc > 3 ? std::stoul(argv[3]) : std::size_t{1} << 18;
+  const double pause = argc > 4 ? std::atof(argv[4]) : 0.01;
+  const double linger = argc > 5 ? std::atof(argv[5]) : 1.0;
+  std::vector<float> v(elements, 1.0f);
+  const std::span<float> s(v);
+  std::size_t calls = 0;
+  if (kind == "shm") {
+    recorder rec{out + "/rank" + std::to_string(gs::transport::shm_launch_from_env().rank) +
+                 ".txt"};
+    try {
+      auto t = gs::transport::shm::from_env();
+      loop(rec, pause, [&] {
+        gs::allreduce<gs::algo::auto_select>(t, s, gs::op::sum);
+        ++calls;
+      });
+    } catch (const gs::error& e) {
+      rec.error(e, calls);
+      std::fprintf(stderr, "fault_worker: %s\n", e.what());
+      return 3;
+    }
+  }
+  if (kind != "mpi" && kind != "two_level") {
+    std::fprintf(stderr, "fault_worker: unknown transport '%s' (shm, mpi, two_level)\n",
+                 kind.c_str());
+    return 2;
+  }
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  const recorder rec{out + "/rank" + std::to_string(world) + ".txt"};
+  try {
+    if (kind == "mpi") {
+      gs::transport::mpi t{MPI_COMM_WORLD};
+      loop(rec, pause, [&] {
+        gs::allreduce<gs::algo::auto_select>(t, s, gs::op::sum);
+        ++calls;
+      });
+    } else {
+      auto t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD);
+      loop(rec, pause, [&] {
+        gs::allreduce<gs::algo::hierarchical<>>(t, s, gs::op::sum);
+        ++calls;
+      });
+    }
+  } catch (const gs::error& e) {
+    rec.error(e, calls);
+    std::fprintf(stderr, "fault_worker: rank %d: %s\n", world, e.what());
+    std::this_thread::sleep_for(std::chrono::duration<double>(linger));
+    gs::transport::abort_job(MPI_COMM_WORLD, 3, std::chrono::seconds(5));
+  }
+}
