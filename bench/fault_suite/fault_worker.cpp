@@ -6,7 +6,9 @@
 //   mpi        transport::abort_job, so the job ends even where the launcher cannot reach
 //   two_level  a rank (across simulated hosts)
 // Lines written: "started pid=<pid> host=<host>" once a few calls went through on every
-// rank, then "error code=<errc> t=<unix time> what=<message>".
+// rank, then "error code=<errc> t=<unix time> what=<message>". For the stall trials
+// (GS_FAULT_DELAY, GS_FAULT_CALLS: see delay_plan) the delayed rank writes
+// "delayed call=<n>" and every rank ends normally after the planned calls.
 // An MPI rank waits `linger` seconds after its error before abort_job, so that every
 // rank records its own error before the launcher, told by the first abort, kills them
 // (the suite checks each survivor's; 1 s when not given).
@@ -51,11 +53,38 @@ struct recorder {
   }
 };
 
-// Allreduces until an error; returns the calls made.
+// The stall trials' settings: GS_FAULT_DELAY="rank:call:seconds" makes that rank sleep
+// (outside gradsync) before that call; GS_FAULT_CALLS=N ends the loop after N calls.
+struct delay_plan {
+  std::size_t rank = ~std::size_t{0}, call = 0, calls = ~std::size_t{0};
+  double seconds = 0;
+  static delay_plan from_env() {
+    delay_plan p;
+    if (const char* d = std::getenv("GS_FAULT_DELAY")) {
+      unsigned long r = 0, c = 0;
+      double s = 0;
+      if (std::sscanf(d, "%lu:%lu:%lf", &r, &c, &s) == 3) {
+        p.rank = r;
+        p.call = c;
+        p.seconds = s;
+      }
+    }
+    if (const char* n = std::getenv("GS_FAULT_CALLS")) p.calls = std::stoul(n);
+    return p;
+  }
+};
+
+// Allreduces until an error (or the planned number of calls); returns the calls made.
 template <class Run>
-std::size_t loop(const recorder& rec, double pause, Run&& run) {
+std::size_t loop(const recorder& rec, double pause, std::size_t rank, Run&& run) {
+  const delay_plan plan = delay_plan::from_env();
   std::size_t calls = 0;
   for (;; ++calls) {
+    if (calls == plan.calls) return calls;
+    if (rank == plan.rank && calls == plan.call) {
+      rec.line("delayed call=" + std::to_string(calls));
+      std::this_thread::sleep_for(std::chrono::duration<double>(plan.seconds));
+    }
     run();
     if (calls == 3) {
       const char* host = std::getenv("GS_NETNS");
@@ -82,14 +111,15 @@ int main(int argc, char** argv) {
   const std::span<float> s(v);
   std::size_t calls = 0;
   if (kind == "shm") {
-    recorder rec{out + "/rank" + std::to_string(gs::transport::shm_launch_from_env().rank) +
-                 ".txt"};
+    const std::size_t rank = gs::transport::shm_launch_from_env().rank;
+    recorder rec{out + "/rank" + std::to_string(rank) + ".txt"};
     try {
       auto t = gs::transport::shm::from_env();
-      loop(rec, pause, [&] {
+      loop(rec, pause, rank, [&] {
         gs::allreduce<gs::algo::auto_select>(t, s, gs::op::sum);
         ++calls;
       });
+      return 0;
     } catch (const gs::error& e) {
       rec.error(e, calls);
       std::fprintf(stderr, "fault_worker: %s\n", e.what());
@@ -109,17 +139,19 @@ int main(int argc, char** argv) {
   try {
     if (kind == "mpi") {
       gs::transport::mpi t{MPI_COMM_WORLD};
-      loop(rec, pause, [&] {
+      loop(rec, pause, static_cast<std::size_t>(world), [&] {
         gs::allreduce<gs::algo::auto_select>(t, s, gs::op::sum);
         ++calls;
       });
     } else {
       auto t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD);
-      loop(rec, pause, [&] {
+      loop(rec, pause, static_cast<std::size_t>(world), [&] {
         gs::allreduce<gs::algo::hierarchical<>>(t, s, gs::op::sum);
         ++calls;
       });
     }
+    MPI_Finalize();
+    return 0;
   } catch (const gs::error& e) {
     rec.error(e, calls);
     std::fprintf(stderr, "fault_worker: rank %d: %s\n", world, e.what());
