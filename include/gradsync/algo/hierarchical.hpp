@@ -93,6 +93,7 @@ struct hierarchical {
       note.kind = "allreduce";
       opt.recorder->enter(in_seq, note);
     }
+    const typename transport::two_level<Intra, Inter>::serving serving(t);
     try {
       gradsync::detail::recorded(
           opt, in_seq,
@@ -188,12 +189,22 @@ struct hierarchical {
     passes.reserve(pieces);
     std::vector<std::span<T>> shards(pieces);
     clock::time_point i0{}, i1{};
-    detail::inter_worker worker([&](std::size_t i) {
-      if (i == 0) i0 = clock::now();
-      X::run(out, shards[i], LevelOp{}, out_c);
-      in.executor().finalize(shards[i].data(), shards[i].size(), t.size(), op);
-      if (i + 1 == pieces) i1 = clock::now();
-    });
+    // The helper alone calls Inter while it lives; idle, it serves the stall queries.
+    t.pause_serving(true);
+    struct resume_serving {
+      transport::two_level<Intra, Inter>& t;
+      ~resume_serving() { t.pause_serving(false); }
+    } resume{t};
+    detail::inter_worker worker(
+        [&](std::size_t i) {
+          if (i == 0) i0 = clock::now();
+          X::run(out, shards[i], LevelOp{}, out_c);
+          in.executor().finalize(shards[i].data(), shards[i].size(), t.size(), op);
+          if (i + 1 == pieces) i1 = clock::now();
+        },
+        [&] {
+          if constexpr (transport::two_level<Intra, Inter>::can_serve) (void)t.inter().serve_peers(0);
+        });
     const auto r0 = clock::now();
     for (std::size_t i = 0; i < pieces; ++i) {
       const detail::range p = detail::part(data.size(), pieces, i);

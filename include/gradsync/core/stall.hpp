@@ -41,6 +41,9 @@ struct peer_position {
   std::string name;           ///< "rank 5 on node-b"
   bool known = true;          ///< false: it did not answer (not in a gradsync wait)
   std::uint64_t entered = 0;  ///< calls it has entered (its last call's seq + 1)
+  /// The job rank it waits for on another level of a two_level, + 1 (0: none): it is in
+  /// the call, but held up inside its node.
+  std::uint64_t blocked_on = 0;
 };
 
 /// One transport's stall clock and the call it is in.
@@ -94,17 +97,23 @@ class stall_watch {
       }
     }
     if (n_late > 16) late += ", and " + std::to_string(n_late - 16) + " more";
+    std::string held;  // in the call, but waiting for a rank of their own node
+    for (const peer_position& p : positions) {
+      if (!p.known || p.entered < entered_ || p.blocked_on == 0) continue;
+      held += (held.empty() ? "" : ", ") + p.name + " for rank " + std::to_string(p.blocked_on - 1);
+    }
+    if (!held.empty()) held = "; waiting inside their node: " + held;
     const double waited = std::chrono::duration<double>(clock::now() - start_).count();
     const std::string what = describe();
     if (n_late == 0) {
       log(log_level::warn, log_rank,
-          "stall: %s has waited %.1f s in op #%llu (%s); every rank has entered it, so one "
-          "of them is slow inside it",
-          me.c_str(), waited, static_cast<unsigned long long>(seq_), what.c_str());
+          "stall: %s has waited %.1f s in op #%llu (%s); every rank has entered it%s",
+          me.c_str(), waited, static_cast<unsigned long long>(seq_), what.c_str(),
+          held.empty() ? ", so one of them is slow inside it" : held.c_str());
     } else {
       log(log_level::warn, log_rank,
-          "stall: %s has waited %.1f s in op #%llu (%s); not yet entered by %s", me.c_str(), waited,
-          static_cast<unsigned long long>(seq_), what.c_str(), late.c_str());
+          "stall: %s has waited %.1f s in op #%llu (%s); not yet entered by %s%s", me.c_str(),
+          waited, static_cast<unsigned long long>(seq_), what.c_str(), late.c_str(), held.c_str());
     }
   }
 

@@ -334,6 +334,14 @@ class mpi {
   /// failure of its other level this way): their waits on this transport end at once
   /// with errc::peer_lost quoting `cause`. Nonblocking; once per transport.
   void announce_failure(const char* cause) noexcept { stall_.announce(comm_, rank_, cause); }
+  /// Called from this rank's waits on another level of a two_level, for job rank
+  /// `blocked_on - 1` (0: none): answers the peers' stall queries, saying so, and returns
+  /// a peer's failure notice if one has arrived (as failure_notice()), else "".
+  std::string serve_peers(std::uint64_t blocked_on) {
+    if (comm_ == MPI_COMM_NULL) return {};
+    if (!stall_.serve(std::chrono::steady_clock::now(), comm_, blocked_on)) return {};
+    return failure_notice();
+  }
   /// A peer's failure notice that has arrived ("rank 2 on node-b failed and told this rank
   /// why: ..."), or "" (two_level prefers it to a timeout of its other level).
   std::string failure_notice() {

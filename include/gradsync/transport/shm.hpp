@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -193,6 +194,10 @@ class shm_state {
   abort_switch abort_;  // shm::abort()
   stall_watch stall_;   // the stall inspector (core/stall.hpp)
   clock::time_point next_health_{};
+  // Run by waits every 20 ms with the awaited peer's job rank (transport::two_level's
+  // other level: it answers that level's stall queries); a non-empty result is a peer's
+  // failure notice, which ends the wait with peer_lost.
+  std::function<std::string(std::size_t)> wait_hook_;
   std::vector<std::size_t> job_ranks_;  // per group rank: its rank in the job (or empty)
   std::string host_;
 
@@ -328,6 +333,10 @@ class shm_state {
                  waiting_for + peer_cause(c));
       if (now >= next_health_) {
         next_health_ = now + std::chrono::milliseconds(20);
+        if (wait_hook_) {
+          const std::string notice = wait_hook_(site(peer).peer);
+          if (!notice.empty()) fail(errc::peer_lost, peer, notice);
+        }
         const int pid = shared_word(c.pid).load(std::memory_order_relaxed);
         if (!process_alive(pid, c.start_time)) {
           if (ready()) return true;
@@ -547,6 +556,12 @@ class shm {
   /// errc::peer_lost quoting it. The transport is unusable afterwards.
   void announce_failure(const char* cause) noexcept {
     if (st_) st_->mark_failed(cause);
+  }
+  /// While set, every wait of this rank runs `hook(job rank of the awaited peer)` every
+  /// 20 ms; a non-empty result ends the wait with errc::peer_lost quoting it
+  /// (transport::two_level serves its inter-node level this way). Same thread only.
+  void set_wait_hook(std::function<std::string(std::size_t)> hook) {
+    st_->wait_hook_ = std::move(hook);
   }
   /// The first peer that failed with a cause ("peer 3 failed: ..."), or "" (two_level
   /// prefers it to a timeout of its other level).

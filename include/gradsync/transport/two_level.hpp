@@ -24,6 +24,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -109,6 +110,38 @@ class two_level {
     }
     return n;
   }
+  /// While it lives (one call, on the calling thread): this rank's waits inside the node
+  /// also serve the inter-node level (Intra::set_wait_hook, Inter::serve_peers: shm and
+  /// mpi), so that peers on other nodes asking where this rank is (the stall inspector)
+  /// hear that it is in the call and whom of its node it waits for, instead of silence;
+  /// and a failure notice from another node ends the node-level wait at once.
+  class serving {
+   public:
+    explicit serving(two_level& t) : t_(t) {
+      if constexpr (can_serve) {
+        t.intra_.set_wait_hook([&t](std::size_t peer) {
+          return t.serve_paused_ ? std::string() : t.inter_.serve_peers(peer + 1);
+        });
+      }
+    }
+    serving(const serving&) = delete;
+    serving& operator=(const serving&) = delete;
+    ~serving() {
+      if constexpr (can_serve) t_.intra_.set_wait_hook({});
+    }
+
+   private:
+    two_level& t_;
+  };
+  /// Whether serving does anything for these levels.
+  static constexpr bool can_serve = requires(Intra& a, Inter& b) {
+    a.set_wait_hook(std::function<std::string(std::size_t)>());
+    { b.serve_peers(std::uint64_t{}) } -> std::convertible_to<std::string>;
+  };
+  /// Stops (true) or resumes serving from the node's waits, while another thread calls
+  /// Inter (algo::hierarchical's pipeline helper, which serves it itself when idle).
+  void pause_serving(bool p) { serve_paused_ = p; }
+
   Intra& intra() { return intra_; }
   Inter& inter() { return inter_; }
   const Intra& intra() const { return intra_; }
@@ -202,6 +235,7 @@ class two_level {
   Intra intra_;
   Inter inter_;
   bool network_ = false, pipelines_ = false;
+  bool serve_paused_ = false;  // serving: another thread calls Inter now
 };
 
 /// True for a transport::two_level (which algo::hierarchical runs on).

@@ -6,6 +6,7 @@
 // MPI_THREAD_SERIALIZED, not MULTIPLE.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -19,8 +20,10 @@ namespace gradsync::algo::detail {
 class inter_worker {
  public:
   /// `job(i)` runs piece i's cross-node allreduce; it is called for 0, 1, ... in order,
-  /// each once handed over with ready(i).
-  explicit inter_worker(std::function<void(std::size_t)> job) : job_(std::move(job)) {
+  /// each once handed over with ready(i). `idle()` runs every 20 ms while the helper
+  /// waits for a piece (it serves the stall inspector's queries).
+  explicit inter_worker(std::function<void(std::size_t)> job, std::function<void()> idle = {})
+      : job_(std::move(job)), idle_(std::move(idle)) {
     th_ = std::thread([this] { loop(); });
   }
   inter_worker(const inter_worker&) = delete;
@@ -55,7 +58,15 @@ class inter_worker {
     for (std::size_t i = 0;; ++i) {
       {
         std::unique_lock<std::mutex> g(m_);
-        cv_.wait(g, [&] { return handed_ > i || stop_; });
+        while (!cv_.wait_for(g, std::chrono::milliseconds(20), [&] { return handed_ > i || stop_; })) {
+          if (!idle_) continue;
+          g.unlock();
+          try {
+            idle_();
+          } catch (...) {  // serving is best effort; the next piece reports real failures
+          }
+          g.lock();
+        }
         if (stop_) return;  // the caller gave up: run nothing more
       }
       try {
@@ -75,6 +86,7 @@ class inter_worker {
   }
 
   std::function<void(std::size_t)> job_;
+  std::function<void()> idle_;
   std::mutex m_;
   std::condition_variable cv_;
   std::size_t handed_ = 0, done_ = 0;

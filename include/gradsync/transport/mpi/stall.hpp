@@ -11,6 +11,8 @@
 // The same board carries failure notices: a rank that failed on another level of a
 // two_level (a lost peer inside its node) tells its peers here, on a third tag, and
 // their waits end at once with errc::peer_lost quoting the cause (announce / noticed).
+// While such a rank waits on its other level, that level's waits serve this board
+// (serve): its answers then say whom it waits for there.
 #pragma once
 
 #include <mpi.h>
@@ -50,8 +52,9 @@ class mpi_stall {
     query_req_.assign(size, MPI_REQUEST_NULL);
     reply_req_.assign(size, MPI_REQUEST_NULL);
     query_buf_.assign(size, 0);
-    reply_buf_.assign(2 * size, 0);
+    reply_buf_.assign(3 * size, 0);
     answer_.assign(size, ~std::uint64_t{0});
+    blocked_.assign(size, 0);
     notice_req_.assign(size, MPI_REQUEST_NULL);
   }
   /// Frees what is still in flight and takes in the queries and answers that arrived
@@ -134,6 +137,9 @@ class mpi_stall {
     next_look_ = now + std::chrono::milliseconds(1);
     if (take_notice(comm)) return true;
     answer(comm);
+    if (asking_ && asked_in_ != watch_.entered()) {
+      asking_ = false;  // asked in an earlier call, which has ended: the answers are stale
+    }
     if (asking_) {
       collect(comm);
       if (answered_ + 1 >= answer_.size() || now - asked_at_ > std::chrono::milliseconds(200)) {
@@ -141,7 +147,7 @@ class mpi_stall {
         for (std::size_t q = 0; q < answer_.size(); ++q) {
           if (q == rank) continue;
           const bool known = answer_[q] != ~std::uint64_t{0};
-          where.push_back({q, describe(q), known, known ? answer_[q] : 0});
+          where.push_back({q, describe(q), known, known ? answer_[q] : 0, blocked_[q]});
         }
         watch_.warn(log_rank, describe(rank), where);
         asking_ = false;
@@ -149,6 +155,19 @@ class mpi_stall {
     } else if (watch_.due(now)) {
       ask(comm, rank, now);
     }
+    return false;
+  }
+
+  /// From a wait on another level of a two_level (this rank is in the call, waiting for
+  /// job rank blocked_on - 1 there): answers peers' queries, saying so, at most every ms.
+  /// Returns true when a peer's failure notice has arrived.
+  bool serve(clock::time_point now, MPI_Comm comm, std::uint64_t blocked_on) {
+    if (!usable_ || now < next_look_) return notice_from_ != no_notice;
+    next_look_ = now + std::chrono::milliseconds(1);
+    if (take_notice(comm)) return true;
+    blocked_on_ = blocked_on;
+    answer(comm);
+    blocked_on_ = 0;
     return false;
   }
 
@@ -178,9 +197,10 @@ class mpi_stall {
       MPI_Recv(&id, 1, MPI_UINT64_T, st.MPI_SOURCE, query_tag, comm, MPI_STATUS_IGNORE);
       const auto q = static_cast<std::size_t>(st.MPI_SOURCE);
       if (q >= reply_req_.size() || !idle(reply_req_[q])) continue;  // still answering it
-      reply_buf_[2 * q] = id;
-      reply_buf_[2 * q + 1] = watch_.entered();
-      MPI_Isend(&reply_buf_[2 * q], 2, MPI_UINT64_T, st.MPI_SOURCE, reply_tag, comm,
+      reply_buf_[3 * q] = id;
+      reply_buf_[3 * q + 1] = watch_.entered();
+      reply_buf_[3 * q + 2] = blocked_on_;
+      MPI_Isend(&reply_buf_[3 * q], 3, MPI_UINT64_T, st.MPI_SOURCE, reply_tag, comm,
                 &reply_req_[q]);
     }
   }
@@ -190,12 +210,13 @@ class mpi_stall {
       int flag = 0;
       MPI_Status st;
       if (MPI_Iprobe(MPI_ANY_SOURCE, reply_tag, comm, &flag, &st) != MPI_SUCCESS || !flag) return;
-      std::uint64_t got[2] = {};
-      MPI_Recv(got, 2, MPI_UINT64_T, st.MPI_SOURCE, reply_tag, comm, MPI_STATUS_IGNORE);
+      std::uint64_t got[3] = {};
+      MPI_Recv(got, 3, MPI_UINT64_T, st.MPI_SOURCE, reply_tag, comm, MPI_STATUS_IGNORE);
       const auto q = static_cast<std::size_t>(st.MPI_SOURCE);
       if (got[0] != query_id_ || q >= answer_.size()) continue;  // an answer to an old query
       if (answer_[q] == ~std::uint64_t{0}) ++answered_;
       answer_[q] = got[1];
+      blocked_[q] = got[2];
     }
   }
 
@@ -203,6 +224,7 @@ class mpi_stall {
     ++query_id_;
     answered_ = 0;
     answer_.assign(answer_.size(), ~std::uint64_t{0});
+    blocked_.assign(blocked_.size(), 0);
     for (std::size_t q = 0; q < query_req_.size(); ++q) {
       if (q == rank || !idle(query_req_[q])) continue;
       query_buf_[q] = query_id_;
@@ -211,6 +233,7 @@ class mpi_stall {
     }
     asking_ = true;
     asked_at_ = now;
+    asked_in_ = watch_.entered();
   }
 
   // True when `r` may be reused (never used, or its send completed).
@@ -231,6 +254,9 @@ class mpi_stall {
   clock::time_point next_look_{}, asked_at_{};
   std::vector<MPI_Request> query_req_, reply_req_;
   std::vector<std::uint64_t> query_buf_, reply_buf_, answer_;  // answer_: per rank, or ~0
+  std::vector<std::uint64_t> blocked_;  // per rank: whom it waits for elsewhere, + 1
+  std::uint64_t blocked_on_ = 0;        // what this rank's answers say of it (serve)
+  std::uint64_t asked_in_ = 0;          // the call (entered count) a query was asked in
 };
 
 }  // namespace gradsync::transport::detail
