@@ -38,8 +38,7 @@ namespace gs = gradsync;
 namespace {
 
 double unix_now() {  // wall clock: the suite compares it with when it injected the fault
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 struct recorder {

@@ -203,7 +203,8 @@ struct hierarchical {
           if (i + 1 == pieces) i1 = clock::now();
         },
         [&] {
-          if constexpr (transport::two_level<Intra, Inter>::can_serve) (void)t.inter().serve_peers(0);
+          if constexpr (transport::two_level<Intra, Inter>::can_serve)
+            (void)t.inter().serve_peers(0);
         });
     const auto r0 = clock::now();
     for (std::size_t i = 0; i < pieces; ++i) {

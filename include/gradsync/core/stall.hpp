@@ -107,8 +107,8 @@ class stall_watch {
     const std::string what = describe();
     if (n_late == 0) {
       log(log_level::warn, log_rank,
-          "stall: %s has waited %.1f s in op #%llu (%s); every rank has entered it%s",
-          me.c_str(), waited, static_cast<unsigned long long>(seq_), what.c_str(),
+          "stall: %s has waited %.1f s in op #%llu (%s); every rank has entered it%s", me.c_str(),
+          waited, static_cast<unsigned long long>(seq_), what.c_str(),
           held.empty() ? ", so one of them is slow inside it" : held.c_str());
     } else {
       log(log_level::warn, log_rank,

@@ -134,7 +134,7 @@ class two_level {
     two_level& t_;
   };
   /// Whether serving does anything for these levels.
-  static constexpr bool can_serve = requires(Intra& a, Inter& b) {
+  static constexpr bool can_serve = requires(Intra & a, Inter& b) {
     a.set_wait_hook(std::function<std::string(std::size_t)>());
     { b.serve_peers(std::uint64_t{}) } -> std::convertible_to<std::string>;
   };

@@ -58,7 +58,8 @@ class inter_worker {
     for (std::size_t i = 0;; ++i) {
       {
         std::unique_lock<std::mutex> g(m_);
-        while (!cv_.wait_for(g, std::chrono::milliseconds(20), [&] { return handed_ > i || stop_; })) {
+        while (
+            !cv_.wait_for(g, std::chrono::milliseconds(20), [&] { return handed_ > i || stop_; })) {
           if (!idle_) continue;
           g.unlock();
           try {
