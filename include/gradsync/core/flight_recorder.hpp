@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gradsync/core/rank_file.hpp"
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
@@ -46,17 +47,10 @@ class flight_recorder {
         ring_(std::max<std::size_t>(depth, 1)) {}
 
   /// GRADSYNC_FLIGHT_RECORDER, or "" when unset.
-  static std::string env_path() {
-    const char* s = std::getenv("GRADSYNC_FLIGHT_RECORDER");
-    return s ? std::string(s) : std::string();
-  }
+  static std::string env_path() { return detail::env_or_empty("GRADSYNC_FLIGHT_RECORDER"); }
   /// `path` with ".rank<R>.json" (replacing a ".json" ending).
   static std::string path_for(const std::string& path, std::size_t rank) {
-    const std::string suffix = ".rank" + std::to_string(rank) + ".json";
-    if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
-      return path.substr(0, path.size() - 5) + suffix;
-    }
-    return path + suffix;
+    return detail::rank_json_path(path, rank);
   }
   const std::string& path() const { return path_; }
 

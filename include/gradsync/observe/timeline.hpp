@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "gradsync/core/rank_file.hpp"
+
 namespace gradsync::observe {
 
 /// Which track of a rank an event is drawn on.
@@ -35,17 +37,10 @@ class timeline {
   timeline& operator=(const timeline&) = delete;
 
   /// GRADSYNC_TIMELINE, or "" when unset.
-  static std::string env_path() {
-    const char* s = std::getenv("GRADSYNC_TIMELINE");
-    return s ? std::string(s) : std::string();
-  }
+  static std::string env_path() { return gradsync::detail::env_or_empty("GRADSYNC_TIMELINE"); }
   /// trace.json -> trace.rank3.json; trace -> trace.rank3.json.
   static std::string path_for(const std::string& path, std::size_t rank) {
-    const std::string suffix = ".rank" + std::to_string(rank) + ".json";
-    if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
-      return path.substr(0, path.size() - 5) + suffix;
-    }
-    return path + suffix;
+    return gradsync::detail::rank_json_path(path, rank);
   }
 
   bool enabled() const { return !path_.empty(); }
