@@ -7,7 +7,7 @@
 //   two_level  a rank (across simulated hosts)
 // Lines written: "started pid=<pid> host=<host>" once a few calls went through on every
 // rank, then "error code=<errc> t=<unix time> what=<message>". For the stall trials
-// (GS_FAULT_DELAY, GS_FAULT_CALLS: see delay_plan) the delayed rank writes
+// (GS_FAULT_DELAY, GS_FAULT_CALLS: see fault_plan) the delayed rank writes
 // "delayed call=<n>" and every rank ends normally after the planned calls.
 // An MPI rank waits `linger` seconds after its error before abort_job, so that every
 // rank records its own error before the launcher, told by the first abort, kills them
@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <span>
 #include <string>
 #include <thread>
@@ -52,21 +53,31 @@ struct recorder {
   }
 };
 
-// The stall trials' settings: GS_FAULT_DELAY="rank:call:seconds" makes that rank sleep
-// (outside gradsync) before that call; GS_FAULT_CALLS=N ends the loop after N calls.
-struct delay_plan {
-  std::size_t rank = ~std::size_t{0}, call = 0, calls = ~std::size_t{0};
+// Faults planned from the environment: GS_FAULT_DELAY="rank:call:seconds" makes that
+// rank sleep (outside gradsync) before that call (the stall trials);
+// GS_FAULT_NAN="rank:call:index" puts a NaN at that index of that rank's input before
+// that call (the NaN trials, with GRADSYNC_CHECK_FINITE=1); GS_FAULT_CALLS=N ends the
+// loop after N calls.
+struct fault_plan {
+  static constexpr std::size_t none = ~std::size_t{0};
+  std::size_t delay_rank = none, delay_call = 0, nan_rank = none, nan_call = 0, nan_index = 0;
+  std::size_t calls = none;
   double seconds = 0;
-  static delay_plan from_env() {
-    delay_plan p;
-    if (const char* d = std::getenv("GS_FAULT_DELAY")) {
-      unsigned long r = 0, c = 0;
-      double s = 0;
-      if (std::sscanf(d, "%lu:%lu:%lf", &r, &c, &s) == 3) {
-        p.rank = r;
-        p.call = c;
-        p.seconds = s;
-      }
+  static fault_plan from_env() {
+    fault_plan p;
+    unsigned long r = 0, c = 0, i = 0;
+    double s = 0;
+    if (const char* d = std::getenv("GS_FAULT_DELAY");
+        d && std::sscanf(d, "%lu:%lu:%lf", &r, &c, &s) == 3) {
+      p.delay_rank = r;
+      p.delay_call = c;
+      p.seconds = s;
+    }
+    if (const char* d = std::getenv("GS_FAULT_NAN");
+        d && std::sscanf(d, "%lu:%lu:%lu", &r, &c, &i) == 3) {
+      p.nan_rank = r;
+      p.nan_call = c;
+      p.nan_index = i;
     }
     if (const char* n = std::getenv("GS_FAULT_CALLS")) p.calls = std::stoul(n);
     return p;
@@ -75,14 +86,18 @@ struct delay_plan {
 
 // Allreduces until an error (or the planned number of calls); returns the calls made.
 template <class Run>
-std::size_t loop(const recorder& rec, double pause, std::size_t rank, Run&& run) {
-  const delay_plan plan = delay_plan::from_env();
+std::size_t loop(const recorder& rec, double pause, std::size_t rank, std::span<float> data,
+                 Run&& run) {
+  const fault_plan plan = fault_plan::from_env();
   std::size_t calls = 0;
   for (;; ++calls) {
     if (calls == plan.calls) return calls;
-    if (rank == plan.rank && calls == plan.call) {
+    if (rank == plan.delay_rank && calls == plan.delay_call) {
       rec.line("delayed call=" + std::to_string(calls));
       std::this_thread::sleep_for(std::chrono::duration<double>(plan.seconds));
+    }
+    if (rank == plan.nan_rank && calls == plan.nan_call && plan.nan_index < data.size()) {
+      data[plan.nan_index] = std::numeric_limits<float>::quiet_NaN();
     }
     run();
     if (calls == 3) {
@@ -114,8 +129,8 @@ int main(int argc, char** argv) {
     recorder rec{out + "/rank" + std::to_string(rank) + ".txt"};
     try {
       auto t = gs::transport::shm::from_env();
-      loop(rec, pause, rank, [&] {
-        gs::allreduce<gs::algo::auto_select>(t, s, gs::op::sum);
+      loop(rec, pause, rank, s, [&] {
+        gs::allreduce<gs::algo::auto_select>(t, s, gs::op::avg);
         ++calls;
       });
       return 0;
@@ -138,14 +153,14 @@ int main(int argc, char** argv) {
   try {
     if (kind == "mpi") {
       gs::transport::mpi t{MPI_COMM_WORLD};
-      loop(rec, pause, static_cast<std::size_t>(world), [&] {
-        gs::allreduce<gs::algo::auto_select>(t, s, gs::op::sum);
+      loop(rec, pause, static_cast<std::size_t>(world), s, [&] {
+        gs::allreduce<gs::algo::auto_select>(t, s, gs::op::avg);
         ++calls;
       });
     } else {
       auto t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD);
-      loop(rec, pause, static_cast<std::size_t>(world), [&] {
-        gs::allreduce<gs::algo::hierarchical<>>(t, s, gs::op::sum);
+      loop(rec, pause, static_cast<std::size_t>(world), s, [&] {
+        gs::allreduce<gs::algo::hierarchical<>>(t, s, gs::op::avg);
         ++calls;
       });
     }
