@@ -51,7 +51,7 @@ std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std:
         }
         sent = algo::allgather_ring::run(t, in, out, ctx);
       },
-      opt.recorder ? describe_rank(t, t.rank()) : std::string());
+      [&] { return describe_rank(t, t.rank()); });
   return sent;
 }
 }  // namespace detail

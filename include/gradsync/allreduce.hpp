@@ -88,7 +88,7 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
         A::run(t, data, op, ctx);
         if (opt.verify) verify_result(t, seq, data.data(), data.size_bytes(), ctx.until);
       },
-      opt.recorder ? describe_rank(t, t.rank()) : std::string());
+      [&] { return describe_rank(t, t.rank()); });
 }
 
 /// Out-of-place allreduce: `out` receives the reduction of every rank's `in`; `in` is

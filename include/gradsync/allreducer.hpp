@@ -508,7 +508,9 @@ class allreducer {
     if (b.registered) {
       runner_.set_label(bucket_labels_[k]);
     } else {
-      list_label_ = "bucket " + std::to_string(k) + " of a grouped call";
+      list_label_.assign("bucket ");  // reuses the string's room: no allocation per call
+      list_label_ += std::to_string(k);
+      list_label_ += " of a grouped call";
       runner_.set_label(list_label_);
     }
     const auto t0 = steady::now();

@@ -98,7 +98,7 @@ struct hierarchical {
       gradsync::detail::recorded(
           opt, in_seq,
           [&] { run_levels(t, in, out, data, op, opt, phase, until, in_seq, out_seq); },
-          opt.recorder ? t.describe_self() : std::string());
+          [&] { return t.describe_self(); });
     } catch (const error& e) {
       t.relay_failure(e);               // the other level's peers stop waiting for this rank
       if (e.code() == errc::timeout) {  // the lost rank may be known on the other level

@@ -168,16 +168,16 @@ class flight_recorder {
 namespace detail {
 /// Runs `body` (a call numbered `seq`) and keeps opt.recorder's record of it: done, or
 /// failed with the error's code and, for failures that involve other ranks, written out.
-/// `who`: how this rank names itself there.
-template <class Body>
-void recorded(const call_options& opt, std::uint64_t seq, Body&& body, const std::string& who) {
+/// `who()`: how this rank names itself there (built only for a dump).
+template <class Body, class Who>
+void recorded(const call_options& opt, std::uint64_t seq, Body&& body, Who&& who) {
   if (!opt.recorder) return body();
   try {
     body();
     opt.recorder->mark(seq, flight_recorder::phase::done);
   } catch (const error& e) {
     opt.recorder->mark(seq, flight_recorder::phase::failed, e.code());
-    if (flight_recorder::dumps_on(e.code())) (void)opt.recorder->dump(who, e.what());
+    if (flight_recorder::dumps_on(e.code())) (void)opt.recorder->dump(who(), e.what());
     throw;
   }
 }
