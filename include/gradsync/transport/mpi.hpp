@@ -273,6 +273,11 @@ class mpi {
     throw error(errc::peer_lost, site(from),
                 describe_rank(from) + " failed and told this rank why: " + stall_.notice());
   }
+  // Ends a failed wait: the peer may still send its part later (see release).
+  void give_up(request& r) noexcept {
+    clean_ = false;
+    r.cancel();
+  }
   // At a timeout, the peers that do not answer the stall inspector's query within half
   // a second: the rank waited on may be alive and itself waiting for a lost one.
   std::string silent_peers() {
@@ -286,7 +291,7 @@ class mpi {
   void wait(request& r, deadline d) {
     if (abort_.raised()) aborted(r, "before this rank could ");
     if (stall_.notice_from() != detail::mpi_stall::no_notice) {
-      r.cancel();
+      give_up(r);
       peer_failed();
     }
     while (r.next_ < r.parts_) {
@@ -296,14 +301,14 @@ class mpi {
                                       &abort_, stall_poll());
       if (rc == detail::mpi_poll_aborted) aborted(r, "while this rank waited to ");
       if (rc == detail::mpi_poll_peer_failed) {
-        r.cancel();
+        give_up(r);
         peer_failed();
       }
       if (rc == detail::mpi_poll_timed_out) {
         const std::size_t peer = r.peer_, bytes = r.bytes_;
         const std::uint32_t tag = r.tag_;
         const bool send = r.is_send_;
-        r.cancel();
+        give_up(r);
         throw error(errc::timeout, site(peer),
                     std::string("deadline passed while waiting to ") +
                         (send ? "send " : "receive ") + std::to_string(bytes) + " bytes " +
@@ -318,7 +323,7 @@ class mpi {
         if (static_cast<std::size_t>(got) != r.piece_bytes(r.next_)) {
           const std::size_t peer = r.peer_, bytes = r.bytes_;
           const std::size_t sent = r.next_ * r.piece_ + static_cast<std::size_t>(got);
-          r.cancel();
+          give_up(r);
           throw error(errc::mismatch, site(peer),
                       "message size differs: this rank expected " + std::to_string(bytes) +
                           " bytes, the peer sent " + std::to_string(sent));
@@ -357,6 +362,10 @@ class mpi {
   /// ~1 ms (core/abort.hpp); its peers then time out, or the job is ended
   /// (transport::abort_job). Thread-safe and async-signal-safe.
   void abort() noexcept { abort_.raise(); }
+
+  /// False once a wait has failed or the stall board has talked: this transport then
+  /// leaves its communicator allocated when destroyed (see release).
+  bool frees_communicator() const { return clean_ && !stall_.had_traffic(); }
 
   std::uint64_t next_seq() { return seq_++; }
   std::uint64_t last_seq() const { return seq_ - 1; }
@@ -409,6 +418,7 @@ class mpi {
         // completes (if the late ranks ever join) and refuse further native calls.
         abandoned_.push_back(req);
         native_stuck_ = true;
+        clean_ = false;
         if (rc == detail::mpi_poll_aborted) {
           abort_switch::throw_aborted(where, "while this rank waited in MPI_Iallreduce");
         }
@@ -563,8 +573,13 @@ class mpi {
         MPI_Test(&q, &done, MPI_STATUS_IGNORE);  // if the late ranks joined, it is done
       }
       ops_.release();
+      const bool keep = !clean_ || stall_.had_traffic();
       stall_.release(comm_);
-      MPI_Comm_free(&comm_);  // pending operations still complete; MPI frees it after
+      // After a failed wait or stall-board traffic a peer may still send here. Freed, the
+      // communicator's context id is reused by the next one created, and that late message
+      // lands in it and breaks MPI's per-peer message order there (a hang in the next
+      // MPI_Comm_split). So such a communicator is left allocated, on purpose.
+      if (!keep) MPI_Comm_free(&comm_);  // pending operations still complete; MPI frees it after
     }
     comm_ = MPI_COMM_NULL;
   }
@@ -582,6 +597,7 @@ class mpi {
     std::swap(ops_, o.ops_);
     std::swap(abandoned_, o.abandoned_);
     std::swap(native_stuck_, o.native_stuck_);
+    std::swap(clean_, o.clean_);
     std::swap(network_, o.network_);
     std::swap(host_, o.host_);
     std::swap(world_, o.world_);
@@ -607,7 +623,7 @@ class mpi {
   [[noreturn]] void aborted(request& r, const char* when) {
     const std::size_t peer = r.peer_, bytes = r.bytes_;
     const bool send = r.is_send_;
-    r.cancel();
+    give_up(r);
     abort_switch::throw_aborted(site(peer), when + std::string(send ? "send " : "receive ") +
                                                 std::to_string(bytes) + " bytes " +
                                                 (send ? "to" : "from") + " the peer");
@@ -616,7 +632,7 @@ class mpi {
   [[noreturn]] void fail(request& r, int rc) {
     const std::size_t peer = r.peer_, bytes = r.bytes_;
     const bool send = r.is_send_;
-    r.cancel();
+    give_up(r);
     if (detail::mpi_error_class(rc) == MPI_ERR_TRUNCATE) {
       throw error(errc::mismatch, site(peer),
                   "message size differs: this rank expected " + std::to_string(bytes) +
@@ -671,9 +687,10 @@ class mpi {
   detail::mpi_op_cache ops_;
   std::vector<MPI_Request> abandoned_;  // timed-out nonblocking collectives (see above)
   bool native_stuck_ = false;
-  detail::mpi_stall stall_;          // the stall inspector's board (mpi/stall.hpp)
-  abort_switch abort_;               // abort()
-  bool network_ = false;             // the ranks span hosts (crosses_network)
+  bool clean_ = true;        // no wait has failed: no peer can have a message still on its way
+  detail::mpi_stall stall_;  // the stall inspector's board (mpi/stall.hpp)
+  abort_switch abort_;       // abort()
+  bool network_ = false;     // the ranks span hosts (crosses_network)
   std::vector<std::uint32_t> host_;  // per rank: the lowest rank on its host
   std::vector<std::size_t> world_;   // per rank: its rank in MPI_COMM_WORLD
   std::vector<std::string> names_;   // per rank: its host's name

@@ -80,6 +80,9 @@ class mpi_stall {
   }
 
   stall_watch& watch() { return watch_; }
+  /// True once this board has sent or received anything: a peer may then still have a
+  /// query, answer or notice on its way here (the transport keeps its communicator).
+  bool had_traffic() const { return traffic_; }
 
   /// At a timeout: asks every peer once more and waits up to `window` for the answers
   /// (answering peers' queries meanwhile, so that ranks timing out together hear each
@@ -112,6 +115,7 @@ class mpi_stall {
   void announce(MPI_Comm comm, std::size_t rank, const char* cause) noexcept {
     if (!usable_ || announced_ || comm == MPI_COMM_NULL) return;
     announced_ = true;
+    traffic_ = true;
     try {
       notice_out_.assign(cause, cause + ::strnlen(cause, 2048));
     } catch (...) {
@@ -184,6 +188,7 @@ class mpi_stall {
     notice_in_.assign(static_cast<std::size_t>(n > 0 ? n : 0), '\0');
     MPI_Recv(notice_in_.data(), n, MPI_BYTE, st.MPI_SOURCE, notice_tag, comm, MPI_STATUS_IGNORE);
     notice_from_ = static_cast<std::size_t>(st.MPI_SOURCE);
+    traffic_ = true;
     return true;
   }
 
@@ -193,6 +198,7 @@ class mpi_stall {
       int flag = 0;
       MPI_Status st;
       if (MPI_Iprobe(MPI_ANY_SOURCE, query_tag, comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+      traffic_ = true;
       std::uint64_t id = 0;
       MPI_Recv(&id, 1, MPI_UINT64_T, st.MPI_SOURCE, query_tag, comm, MPI_STATUS_IGNORE);
       const auto q = static_cast<std::size_t>(st.MPI_SOURCE);
@@ -210,6 +216,7 @@ class mpi_stall {
       int flag = 0;
       MPI_Status st;
       if (MPI_Iprobe(MPI_ANY_SOURCE, reply_tag, comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+      traffic_ = true;
       std::uint64_t got[3] = {};
       MPI_Recv(got, 3, MPI_UINT64_T, st.MPI_SOURCE, reply_tag, comm, MPI_STATUS_IGNORE);
       const auto q = static_cast<std::size_t>(st.MPI_SOURCE);
@@ -232,6 +239,7 @@ class mpi_stall {
                 &query_req_[q]);
     }
     asking_ = true;
+    traffic_ = true;
     asked_at_ = now;
     asked_in_ = watch_.entered();
   }
@@ -245,7 +253,7 @@ class mpi_stall {
   }
 
   stall_watch watch_;
-  bool usable_ = false, asking_ = false, announced_ = false;
+  bool usable_ = false, asking_ = false, announced_ = false, traffic_ = false;
   std::size_t notice_from_ = no_notice;
   std::vector<char> notice_out_, notice_in_;  // heap buffers: a pending send survives a move
   std::vector<MPI_Request> notice_req_;
