@@ -20,6 +20,7 @@
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/detail/host_collective.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/two_level.hpp"
 
@@ -42,13 +43,10 @@ std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std:
   recorded(
       opt, ctx.seq,
       [&] {
-        if (opt.check && t.size() > 1) {
-          std::vector<call_header> table;
-          agree(t,
-                call_header::make(ctx.seq, in.size() / dtype_size(type), type, reduce_op::sum,
-                                  algo::allgather_ring::name),
-                ctx.until, table, rank_of);
-        }
+        agree_if_checked(t, opt,
+                         call_header::make(ctx.seq, in.size() / dtype_size(type), type,
+                                           reduce_op::sum, algo::allgather_ring::name),
+                         ctx.until, rank_of, "allgather");
         sent = algo::allgather_ring::run(t, in, out, ctx);
       },
       [&] { return describe_rank(t, t.rank()); });
@@ -62,19 +60,8 @@ template <class Tr, class T>
 std::size_t allgather(Tr& t, std::span<const T> in, std::span<T> out,
                       const call_options& opt = {}) {
   check_element_type<T>();
-  static_assert(transport_policy<Tr> || transport::is_two_level_v<Tr>,
-                "gradsync::allgather: the transport must satisfy gradsync::transport_policy "
-                "(local, shm, mpi) or be a transport::two_level");
-  static_assert(Tr::memory == memory_space::host,
-                "gradsync::allgather: host memory only for now; on device buffers use NCCL's "
-                "ncclAllGather");
-  const std::size_t n = t.size();
-  if (out.size() != in.size() * n) {
-    throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
-                "allgather: the output has " + std::to_string(out.size()) +
-                    " elements; it needs ranks x input = " + std::to_string(n) + " x " +
-                    std::to_string(in.size()));
-  }
+  detail::check_host_collective<Tr>();
+  detail::check_blocks("allgather", "output", out.size(), "input", in.size(), t.size(), t.rank());
   const auto bytes_in = std::as_bytes(in);
   const auto bytes_out = std::as_writable_bytes(out);
   constexpr dtype type = dtype_of<T>::value;

@@ -20,6 +20,8 @@
 #include "gradsync/algo/hierarchical.hpp"
 #include "gradsync/algo/runs_on.hpp"
 #include "gradsync/allgather.hpp"
+#include "gradsync/broadcast.hpp"
+#include "gradsync/reduce_scatter.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/allreducer.hpp"
 #include "gradsync/compress/error_feedback.hpp"

@@ -18,7 +18,7 @@ LAYERS = [
     ('algo',),
     ('fusion', 'compress'),
     ('observe',),
-    ('detail', 'allreduce.hpp', 'allgather.hpp'),
+    ('detail', 'allreduce.hpp', 'allgather.hpp', 'broadcast.hpp', 'reduce_scatter.hpp'),
     ('allreducer.hpp',),
     ('gradsync.hpp',),
 ]

@@ -277,9 +277,6 @@ struct hierarchical {
         });
   }
 
-  /// The header's algorithm field from a node whose own ranks disagree.
-  static constexpr std::string_view poisoned_name = "node-mismatch";
-
   /// Agrees on the call inside the node, then across nodes; every rank ends with the same
   /// verdict (check/two_levels.hpp: a node that disagrees joins the cross-node round with
   /// a poisoned header, so the other nodes fail at once too).
@@ -287,33 +284,12 @@ struct hierarchical {
   static void check_arguments(transport::two_level<Intra, Inter>& t, In& in, Out& out,
                               std::size_t count, std::uint64_t in_seq, std::uint64_t out_seq,
                               deadline until, std::uint16_t flags) {
-    std::vector<call_header> table;
-    gradsync::detail::check_two_levels(
-        t, errc::mismatch,
-        [&](auto rank_of) {
-          agree(in,
-                call_header::make(in_seq, count, dtype_of<T>::value, Op::id, header_name(), flags),
-                until, table, rank_of);
+    gradsync::detail::agree_two_levels(
+        t, in, out, in_seq, out_seq, until, header_name(),
+        [&](std::uint64_t seq, std::string_view name) {
+          return call_header::make(seq, count, dtype_of<T>::value, Op::id, name, flags);
         },
-        [&](bool node_failed, auto rank_of) {
-          try {
-            agree(out,
-                  call_header::make(out_seq, count, dtype_of<T>::value, Op::id,
-                                    node_failed ? poisoned_name : header_name(), flags),
-                  until, table, rank_of);
-          } catch (const error& e) {
-            if (e.code() != errc::mismatch) throw;
-            for (const call_header& h : table) {
-              if (h.algo_name() == poisoned_name) {
-                throw error(errc::mismatch, {t.rank(), error_site::npos, in_seq},
-                            "the ranks of another node called allreduce with different "
-                            "arguments among themselves (that node's ranks name the "
-                            "difference); this node's ranks agree");
-              }
-            }
-            throw;
-          }
-        });
+        "allreduce");
   }
 };
 

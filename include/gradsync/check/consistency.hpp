@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Cross-rank consistency: before data moves, every rank learns every other rank's
-// (sequence number, count, element type, op, algorithm) through a Bruck allgather of
+// (sequence number, count, element type, op, algorithm, root) through a Bruck allgather of
 // 48-byte headers (ceil(log2 n) rounds). Every rank sees the same table, so on a
 // mismatch every rank throws the same errc::mismatch naming the ranks and values.
 #pragma once
@@ -32,14 +32,17 @@ struct call_header {
   std::uint16_t flags = 0;  // finite_checked: the call checks its inputs (check_finite)
   std::uint64_t seq = 0;
   std::uint64_t count = 0;
-  std::array<char, 24> algo{};  // algorithm name, NUL-padded
+  std::array<char, 20> algo{};  // algorithm name, NUL-padded (19 characters kept)
+  std::uint32_t root = 0;       // broadcast's root (0 for the other collectives)
 
   static constexpr std::uint16_t finite_checked = 1;
 
   static call_header make(std::uint64_t seq, std::size_t count, dtype t, reduce_op o,
-                          std::string_view algo_name, std::uint16_t flags = 0) {
+                          std::string_view algo_name, std::uint16_t flags = 0,
+                          std::size_t root = 0) {
     call_header h;
     h.flags = flags;
+    h.root = static_cast<std::uint32_t>(root);
     h.seq = seq;
     h.count = count;
     h.type = static_cast<std::uint8_t>(t);
@@ -58,6 +61,7 @@ inline std::string describe(const call_header& h) {
   return "seq=" + std::to_string(h.seq) + " count=" + std::to_string(h.count) +
          " type=" + std::string(dtype_name(static_cast<dtype>(h.type))) +
          " op=" + std::string(op_name(static_cast<reduce_op>(h.op))) + " algo=" + h.algo_name() +
+         (h.root ? " root=" + std::to_string(h.root) : std::string()) +
          (h.flags & call_header::finite_checked ? " check_finite" : "");
 }
 
@@ -76,6 +80,7 @@ inline std::string first_difference(const call_header& a, const call_header& b) 
     return std::string("op ") + std::string(op_name(static_cast<reduce_op>(a.op))) + " vs " +
            std::string(op_name(static_cast<reduce_op>(b.op)));
   if (a.algo != b.algo) return "algorithm " + a.algo_name() + " vs " + b.algo_name();
+  if (a.root != b.root) return "root " + std::to_string(a.root) + " vs " + std::to_string(b.root);
   if (a.flags != b.flags) {
     auto on = [](const call_header& h) {
       return h.flags & call_header::finite_checked ? "on" : "off";
@@ -95,10 +100,11 @@ struct same_rank {
 
 /// Exchanges `mine` with every rank and throws errc::mismatch (on every rank) if any
 /// rank's header differs from rank 0's. `table` is reused scratch of n headers.
-/// `rank_of` maps a rank of `t` to the rank messages name (a two_level's global rank).
+/// `rank_of` maps a rank of `t` to the rank messages name (a two_level's global rank);
+/// `collective` names the call in the message.
 template <transport_policy T, class RankOf = same_rank>
 void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& table,
-           RankOf rank_of = {}) {
+           RankOf rank_of = {}, std::string_view collective = "allreduce") {
   const std::size_t n = t.size(), r = t.rank();
   table.resize(n);
   table[0] = mine;  // table[i] holds rank (r + i) % n
@@ -121,9 +127,19 @@ void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& 
   }
   if (ndiff) {
     throw error(errc::mismatch, {rank_of(r), error_site::npos, mine.seq},
-                "ranks called allreduce with different arguments (" + std::to_string(ndiff) +
-                    " rank(s) differ from rank " + std::to_string(rank_of(0)) + "):" + diffs);
+                "ranks called " + std::string(collective) + " with different arguments (" +
+                    std::to_string(ndiff) + " rank(s) differ from rank " +
+                    std::to_string(rank_of(0)) + "):" + diffs);
   }
+}
+
+/// agree() for one call, when opt.check asks for it and there are peers.
+template <transport_policy T, class RankOf = same_rank>
+void agree_if_checked(T& t, const call_options& opt, const call_header& mine, deadline d,
+                      RankOf rank_of = {}, std::string_view collective = "allreduce") {
+  if (!opt.check || t.size() < 2) return;
+  std::vector<call_header> table;
+  agree(t, mine, d, table, rank_of, collective);
 }
 
 }  // namespace gradsync

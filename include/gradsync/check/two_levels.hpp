@@ -8,8 +8,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <exception>
+#include <string>
+#include <string_view>
+#include <vector>
 
+#include "gradsync/check/consistency.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/transport/two_level.hpp"
 
@@ -42,6 +47,40 @@ void check_two_levels(transport::two_level<Intra, Inter>& t, errc finding, Insid
     }
   }
   if (node_error) std::rethrow_exception(node_error);
+}
+
+/// The algorithm field of a header from a node whose own ranks disagree.
+inline constexpr std::string_view poisoned_name = "node-mismatch";
+
+/// Agrees on one call over both levels (errc::mismatch on every rank at once): `in` and
+/// `out` are the transports the call runs on inside the node and across it (t.intra() and
+/// t.inter(), or wrappers of them), numbered in_seq and out_seq; make(seq, algo_name)
+/// builds this rank's header; `collective` names the call in the messages.
+template <class Intra, class Inter, class In, class Out, class Make>
+void agree_two_levels(transport::two_level<Intra, Inter>& t, In& in, Out& out, std::uint64_t in_seq,
+                      std::uint64_t out_seq, deadline until, std::string_view algo_name,
+                      Make&& make, std::string_view collective) {
+  std::vector<call_header> table;
+  check_two_levels(
+      t, errc::mismatch,
+      [&](auto rank_of) { agree(in, make(in_seq, algo_name), until, table, rank_of, collective); },
+      [&](bool node_failed, auto rank_of) {
+        try {
+          agree(out, make(out_seq, node_failed ? poisoned_name : algo_name), until, table, rank_of,
+                collective);
+        } catch (const error& e) {
+          if (e.code() != errc::mismatch) throw;
+          for (const call_header& h : table) {
+            if (h.algo_name() == poisoned_name) {
+              throw error(errc::mismatch, {t.rank(), error_site::npos, in_seq},
+                          "the ranks of another node called " + std::string(collective) +
+                              " with different arguments among themselves (that node's ranks "
+                              "name the difference); this node's ranks agree");
+            }
+          }
+          throw;
+        }
+      });
 }
 
 }  // namespace gradsync::detail

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+// gradsync::broadcast — the root's `data` to every rank (in place: every other rank's
+// buffer is overwritten). With the same guarantees as allreduce: a deadline on every
+// wait, the call's arguments (count, type, root) agreed across ranks before data moves
+// (errc::mismatch naming the ranks), the same bytes on every rank (call_options::verify
+// checks it). A binomial tree below algo::broadcast_chain::min_bytes or on 2 ranks, else
+// a segmented chain. Over a two_level the data crosses the network once per node (from
+// the root's node along the root's local index), then spreads inside each node.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "gradsync/algo/broadcast_chain.hpp"
+#include "gradsync/algo/broadcast_tree.hpp"
+#include "gradsync/allreduce.hpp"
+#include "gradsync/check/consistency.hpp"
+#include "gradsync/check/two_levels.hpp"
+#include "gradsync/check/verify.hpp"
+#include "gradsync/core/call.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/detail/host_collective.hpp"
+#include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/two_level/call.hpp"
+
+namespace gradsync {
+
+namespace detail {
+/// The broadcast algorithm for `bytes` over `n` ranks (the same choice on every rank).
+inline std::string_view broadcast_algo(std::size_t bytes, std::size_t n) {
+  return bytes >= algo::broadcast_chain::min_bytes && n > 2 ? algo::broadcast_chain::name
+                                                            : algo::broadcast_tree::name;
+}
+
+/// Runs the chosen algorithm over one flat transport; returns the bytes sent.
+template <transport_policy Tr>
+std::size_t run_broadcast(Tr& t, std::span<std::byte> data, std::size_t root,
+                          const call_context& ctx) {
+  if (broadcast_algo(data.size(), t.size()) == algo::broadcast_chain::name) {
+    return algo::broadcast_chain::run(t, data, root, ctx);
+  }
+  return algo::broadcast_tree::run(t, data, root, ctx);
+}
+
+/// The header every rank states for a broadcast.
+inline call_header broadcast_header(std::uint64_t seq, std::size_t count, dtype type,
+                                    std::string_view algo_name, std::size_t root) {
+  return call_header::make(seq, count, type, reduce_op::sum, algo_name, 0, root);
+}
+
+/// Throws errc::invalid_argument unless `root` is one of `n` ranks (every rank passed
+/// the same root by then, so every rank throws).
+inline void check_root(std::size_t root, std::size_t n, std::size_t rank, std::uint64_t seq) {
+  if (root >= n) {
+    throw error(errc::invalid_argument, {rank, error_site::npos, seq},
+                "broadcast: root " + std::to_string(root) + " is not a rank of this transport (" +
+                    std::to_string(n) + " ranks: 0.." + std::to_string(n - 1) + ")");
+  }
+}
+
+/// A broadcast over one flat transport, its call numbered and checked.
+template <transport_policy Tr>
+std::size_t broadcast_bytes(Tr& t, std::span<std::byte> data, std::size_t root, dtype type,
+                            const call_options& opt) {
+  const std::size_t count = data.size() / dtype_size(type);
+  const std::string_view algo_name = broadcast_algo(data.size(), t.size());
+  const call_context ctx =
+      begin_call(t, opt, {"broadcast", algo_name, type, reduce_op::sum, count, {}});
+  std::size_t sent = 0;
+  recorded(
+      opt, ctx.seq,
+      [&] {
+        agree_if_checked(t, opt, broadcast_header(ctx.seq, count, type, algo_name, root),
+                         ctx.until, same_rank{}, "broadcast");
+        check_root(root, t.size(), t.rank(), ctx.seq);
+        sent = run_broadcast(t, data, root, ctx);
+        if (opt.verify) verify_result(t, ctx.seq, data.data(), data.size(), ctx.until);
+      },
+      [&] { return describe_rank(t, t.rank()); });
+  return sent;
+}
+
+/// A broadcast over both levels of a two_level, from global rank `root`.
+template <class Intra, class Inter>
+std::size_t broadcast_bytes(transport::two_level<Intra, Inter>& t, std::span<std::byte> data,
+                            std::size_t root, dtype type, const call_options& opt) {
+  const std::size_t count = data.size() / dtype_size(type), local = t.intra().size();
+  const std::string_view algo_name = broadcast_algo(data.size(), t.size());
+  std::size_t sent = 0;
+  transport::detail::two_level_call(
+      t, opt, {"broadcast", algo_name, type, reduce_op::sum, count, {}},
+      "broadcast inside the node", "broadcast across nodes",
+      [&](const call_context& in_c, const call_context& out_c) {
+        if (opt.check) {
+          agree_two_levels(
+              t, t.intra(), t.inter(), in_c.seq, out_c.seq, in_c.until, algo_name,
+              [&](std::uint64_t seq, std::string_view name) {
+                return broadcast_header(seq, count, type, name, root);
+              },
+              "broadcast");
+        }
+        check_root(root, t.size(), t.rank(), in_c.seq);
+        // The root's column carries the data across the nodes, then each node spreads it.
+        if (t.intra().rank() == root % local) {
+          sent += run_broadcast(t.inter(), data, root / local, out_c);
+        }
+        sent += run_broadcast(t.intra(), data, root % local, in_c);
+        if (opt.verify) {
+          check_two_levels(
+              t, errc::diverged,
+              [&](auto rank_of) {
+                verify_result(t.intra(), in_c.seq, data.data(), data.size(), in_c.until, rank_of);
+              },
+              [&](bool, auto rank_of) {
+                verify_result(t.inter(), out_c.seq, data.data(), data.size(), out_c.until,
+                              rank_of);
+              });
+        }
+      });
+  return sent;
+}
+}  // namespace detail
+
+/// data := rank `root`'s data, on every rank (a two_level's global rank). Returns the
+/// bytes this rank sent. Host memory; T an element type.
+template <class Tr, class T>
+std::size_t broadcast(Tr& t, std::span<T> data, std::size_t root, const call_options& opt = {}) {
+  check_element_type<std::remove_const_t<T>>();
+  static_assert(!std::is_const_v<T>,
+                "gradsync::broadcast writes the buffer of every rank but the root; pass a "
+                "std::span of non-const elements");
+  detail::check_host_collective<Tr>();
+  return detail::broadcast_bytes(t, std::as_writable_bytes(data), root, dtype_of<std::remove_const_t<T>>::value, opt);
+}
+
+}  // namespace gradsync

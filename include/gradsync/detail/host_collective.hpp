@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// The rules every host collective besides allreduce (broadcast, allgather,
+// reduce_scatter) checks first: which transports it runs on, and the n-blocks size rule.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "gradsync/core/error.hpp"
+#include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/two_level.hpp"
+
+namespace gradsync::detail {
+
+/// Fails the build unless Tr is a host transport or a two_level of them.
+template <class Tr>
+constexpr void check_host_collective() {
+  static_assert(transport_policy<Tr> || transport::is_two_level_v<Tr>,
+                "gradsync::broadcast / allgather / reduce_scatter: the transport must satisfy "
+                "gradsync::transport_policy (local, shm, mpi) or be a transport::two_level");
+  static_assert(Tr::memory == memory_space::host,
+                "gradsync::broadcast / allgather / reduce_scatter: host memory only for now; on "
+                "device buffers use NCCL's ncclBroadcast, ncclAllGather, ncclReduceScatter");
+}
+
+/// Throws errc::invalid_argument unless `whole` has n x `block` elements: "allgather: the
+/// output has 7 elements; it needs ranks x input = 4 x 2".
+inline void check_blocks(const char* collective, const char* whole_name, std::size_t whole,
+                         const char* block_name, std::size_t block, std::size_t n,
+                         std::size_t rank) {
+  if (whole == block * n) return;
+  throw error(errc::invalid_argument, {rank, error_site::npos, ~std::uint64_t{0}},
+              std::string(collective) + ": the " + whole_name + " has " + std::to_string(whole) +
+                  " elements; it needs ranks x " + block_name + " = " + std::to_string(n) +
+                  " x " + std::to_string(block));
+}
+
+}  // namespace gradsync::detail

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// gradsync::reduce_scatter — every rank contributes `in` (n blocks of out.size() elements,
+// block q meant for rank q) and rank r receives block r reduced over every rank in `out`
+// (MPI_Reduce_scatter_block; a sharded optimizer's gradient step). With the same
+// guarantees as allreduce: a deadline on every wait, the call's arguments agreed across
+// ranks before data moves (errc::mismatch naming the ranks), check_finite. Over a
+// two_level the node reduces first (each local rank the blocks of its column), then each
+// column across the nodes, so every element crosses the network once.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "gradsync/algo/reduce_scatter_ring.hpp"
+#include "gradsync/allreduce.hpp"
+#include "gradsync/check/consistency.hpp"
+#include "gradsync/check/finite.hpp"
+#include "gradsync/check/two_levels.hpp"
+#include "gradsync/core/call.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/core/op.hpp"
+#include "gradsync/detail/host_collective.hpp"
+#include "gradsync/kernels/finite.hpp"
+#include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/two_level/call.hpp"
+
+namespace gradsync {
+
+namespace detail {
+using rs_algo = algo::reduce_scatter_ring;
+
+/// The header every rank states for a reduce_scatter of `count` elements per rank.
+template <class T, class Op>
+call_header reduce_scatter_header(std::uint64_t seq, std::size_t count, std::string_view name,
+                                  bool finite) {
+  return call_header::make(seq, count, dtype_of<T>::value, Op::id, name,
+                           finite ? call_header::finite_checked : 0);
+}
+
+/// A reduce_scatter over one flat transport, its call numbered and checked.
+template <transport_policy Tr, class T, class Op>
+std::size_t reduce_scatter_flat(Tr& t, std::span<const T> in, std::span<T> out, Op op,
+                                const call_options& opt) {
+  const call_context ctx = begin_call(
+      t, opt, {"reduce_scatter", rs_algo::name, dtype_of<T>::value, Op::id, out.size(), {}});
+  const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
+  std::size_t sent = 0;
+  recorded(
+      opt, ctx.seq,
+      [&] {
+        agree_if_checked(t, opt,
+                         reduce_scatter_header<T, Op>(ctx.seq, out.size(), rs_algo::name, finite),
+                         ctx.until, same_rank{}, "reduce_scatter");
+        if (finite) {
+          agree_finite(t, find_non_finite(t, t.rank(), in.data(), in.size()), ctx.until,
+                       [](std::size_t) { return std::string("its input"); });
+        }
+        sent = rs_algo::run(t, in, out, op, ctx);
+      },
+      [&] { return describe_rank(t, t.rank()); });
+  return sent;
+}
+
+/// The same over both levels of a two_level.
+template <class Intra, class Inter, class T, class Op>
+std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span<const T> in,
+                                std::span<T> out, Op op, const call_options& opt) {
+  const std::size_t m = out.size(), local = t.intra().size(), nodes = t.inter().size();
+  const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
+  std::size_t sent = 0;
+  transport::detail::two_level_call(
+      t, opt, {"reduce_scatter", rs_algo::name, dtype_of<T>::value, Op::id, m, {}},
+      "reduce_scatter inside the node", "reduce_scatter across nodes",
+      [&](const call_context& in_c, const call_context& out_c) {
+        if (opt.check) {
+          agree_two_levels(
+              t, t.intra(), t.inter(), in_c.seq, out_c.seq, in_c.until, rs_algo::name,
+              [&](std::uint64_t seq, std::string_view name) {
+                return reduce_scatter_header<T, Op>(seq, m, name, finite);
+              },
+              "reduce_scatter");
+        }
+        if (finite) {
+          const std::size_t bad = kernels::first_non_finite(in.data(), in.size());
+          agree_finite(t, t.intra(), t.inter(),
+                       make_finding(0, bad, bad < in.size() ? in.data() + bad : nullptr,
+                                    t.rank(), t.describe_self()),
+                       in_c.until, [](std::size_t) { return std::string("its input"); });
+        }
+        // Column l's blocks (global ranks q * local + l, node q) side by side, so that the
+        // node's reduce-scatter leaves local rank l their node-wide sums, node-major.
+        std::vector<T> column(in.size()), mine(nodes * m);
+        for (std::size_t l = 0; l < local; ++l) {
+          for (std::size_t q = 0; q < nodes; ++q) {
+            if (m) {
+              std::memcpy(column.data() + (l * nodes + q) * m, in.data() + (q * local + l) * m,
+                          m * sizeof(T));
+            }
+          }
+        }
+        // op::avg: sums on both levels, one division by the whole group at the end.
+        using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
+        sent += rs_algo::run(t.intra(), std::span<const T>(column), std::span<T>(mine),
+                             level_op{}, in_c);
+        sent += rs_algo::run(t.inter(), std::span<const T>(mine), out, level_op{}, out_c);
+        t.intra().executor().finalize(out.data(), m, t.size(), op);
+      });
+  return sent;
+}
+}  // namespace detail
+
+/// out := block rank() of the reduction of every rank's `in`, which holds size() blocks of
+/// out.size() elements (block q for rank q; a two_level's global ranks). op::avg divides
+/// by size(). Returns the bytes this rank sent. Host memory; T an element type.
+template <class Tr, class TIn, class T, class Op>
+requires std::is_same_v<std::remove_const_t<TIn>, T>
+std::size_t reduce_scatter(Tr& t, std::span<TIn> in, std::span<T> out, Op op,
+                           const call_options& opt = {}) {
+  check_element_type<T>();
+  check_op_for<T, Op>();
+  detail::check_host_collective<Tr>();
+  detail::check_blocks("reduce_scatter", "input", in.size(), "output", out.size(), t.size(),
+                       t.rank());
+  const auto* ib = reinterpret_cast<const std::byte*>(in.data());
+  const auto* ob = reinterpret_cast<const std::byte*>(out.data());
+  if (out.size() && ib < ob + out.size_bytes() && ob < ib + in.size_bytes()) {
+    throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
+                "reduce_scatter: input and output overlap; pass disjoint spans");
+  }
+  return detail::reduce_scatter_flat(t, std::span<const T>(in), out, op, opt);
+}
+
+}  // namespace gradsync

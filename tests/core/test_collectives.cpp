@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: Apache-2.0
+// broadcast, allgather and reduce_scatter on transport::local (threads as ranks) and on
+// transport::two_level<local, local>: exact results from exactly representable inputs,
+// every root, counts 0, 1, odd and past the chain's threshold, ranks 1..8, bitwise
+// identity across ranks; mismatched calls (root, count, type, op) failing every rank
+// with a message naming the difference; a bad root refused on every rank; a rank that
+// never calls making the others time out naming it.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gradsync/gradsync.hpp>
+#include <gradsync/testing/exact_inputs.hpp>
+
+#include "two_level_ranks.hpp"
+#include "watchdog.hpp"
+
+namespace gs = gradsync;
+using gs::transport::local;
+using two_level = gs::transport::two_level<local, local>;
+
+namespace {
+
+const gs::call_options quick{.timeout = gs::seconds_d{20}};
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+/// What one rank saw: the error it caught, if any.
+struct outcome {
+  bool threw = false;
+  gs::errc code{};
+  std::string what;
+};
+
+template <class F>
+std::vector<outcome> run_catching(std::size_t n, F f) {
+  std::vector<outcome> out(n);
+  gs::transport::run_local(n, [&](local& t) {
+    try {
+      f(t);
+    } catch (const gs::error& e) {
+      out[t.rank()] = {true, e.code(), e.what()};
+    }
+  });
+  return out;
+}
+
+/// Root `root`'s value at element i (exact in every element type), and a different one
+/// that the other ranks start with.
+template <class T>
+T root_value(std::size_t root, std::size_t i) {
+  return gs::testing::from_double<T>(static_cast<double>((i * 7 + root * 13) % 201) - 100);
+}
+
+/// Broadcast over `t` (any transport of n ranks, rank() its global rank) from every root:
+/// adds to `wrong` the elements that differ from the root's, and to `hashes` one hash
+/// per (root, count).
+template <class T, class Tr>
+void broadcast_cases(Tr& t, std::size_t& wrong, std::vector<std::uint64_t>& hashes) {
+  const std::size_t n = t.size();
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001},
+                            std::size_t{70001}}) {
+    for (std::size_t root = 0; root < n; ++root) {
+      std::vector<T> v(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        v[i] = t.rank() == root ? root_value<T>(root, i) : root_value<T>(root + 1, i);
+      }
+      gs::broadcast(t, std::span<T>(v), root, quick);
+      for (std::size_t i = 0; i < count; ++i) {
+        const T want = root_value<T>(root, i);
+        wrong += std::memcmp(&want, &v[i], sizeof(T)) != 0;
+      }
+      hashes.push_back(gs::testing::fnv1a64(v.data(), v.size() * sizeof(T)));
+    }
+  }
+}
+
+/// reduce_scatter of n blocks of m elements: rank r's output must be block r of the exact
+/// reduction. Adds the wrong elements to `wrong`.
+template <class T, class Op, class Tr>
+void reduce_scatter_cases(Tr& t, std::size_t& wrong) {
+  const std::size_t n = t.size(), r = t.rank();
+  for (std::size_t m : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001},
+                        std::size_t{40000}}) {
+    std::vector<T> in(n * m), out(m);
+    gs::testing::fill_inputs(std::span<T>(in), Op::id, r, n);
+    gs::reduce_scatter(t, std::span<const T>(in), std::span<T>(out), Op{}, quick);
+    wrong += gs::testing::count_wrong(std::span<const T>(out), Op::id, n, r * m);
+  }
+}
+
+/// allgather of m elements per rank: every rank's block, in rank order.
+template <class T, class Tr>
+void allgather_cases(Tr& t, std::size_t& wrong, std::vector<std::uint64_t>& hashes) {
+  const std::size_t n = t.size();
+  for (std::size_t m : {std::size_t{0}, std::size_t{1}, std::size_t{333}, std::size_t{20001}}) {
+    std::vector<T> mine(m), all(n * m);
+    for (std::size_t i = 0; i < m; ++i) mine[i] = root_value<T>(t.rank(), i);
+    gs::allgather(t, std::span<const T>(mine), std::span<T>(all), quick);
+    for (std::size_t q = 0; q < n; ++q) {
+      for (std::size_t i = 0; i < m; ++i) {
+        const T want = root_value<T>(q, i);
+        wrong += std::memcmp(&want, &all[q * m + i], sizeof(T)) != 0;
+      }
+    }
+    hashes.push_back(gs::testing::fnv1a64(all.data(), all.size() * sizeof(T)));
+  }
+}
+
+template <class Tr>
+void every_collective(Tr& t, std::size_t& wrong, std::vector<std::uint64_t>& hashes) {
+  broadcast_cases<float>(t, wrong, hashes);
+  broadcast_cases<double>(t, wrong, hashes);
+  broadcast_cases<gs::half>(t, wrong, hashes);
+  broadcast_cases<gs::bfloat16>(t, wrong, hashes);
+  broadcast_cases<std::int32_t>(t, wrong, hashes);
+  broadcast_cases<std::int64_t>(t, wrong, hashes);
+  reduce_scatter_cases<float, gs::op::sum_t>(t, wrong);
+  reduce_scatter_cases<float, gs::op::avg_t>(t, wrong);
+  reduce_scatter_cases<double, gs::op::prod_t>(t, wrong);
+  reduce_scatter_cases<gs::half, gs::op::max_t>(t, wrong);
+  reduce_scatter_cases<gs::bfloat16, gs::op::avg_t>(t, wrong);
+  reduce_scatter_cases<std::int32_t, gs::op::min_t>(t, wrong);
+  reduce_scatter_cases<std::int64_t, gs::op::sum_t>(t, wrong);
+  allgather_cases<float>(t, wrong, hashes);
+  allgather_cases<gs::bfloat16>(t, wrong, hashes);
+  allgather_cases<std::int64_t>(t, wrong, hashes);
+}
+
+}  // namespace
+
+TEST_CASE("collectives: exact and bitwise identical on 1..8 local ranks, every root") {
+  for (std::size_t n = 1; n <= 8; ++n) {
+    CAPTURE(n);
+    gs::testbed::watchdog wd(120, "collectives on " + std::to_string(n) + " local ranks");
+    std::vector<std::size_t> wrong(n);
+    std::vector<std::vector<std::uint64_t>> hashes(n);
+    gs::transport::run_local(n, [&](local& t) { every_collective(t, wrong[t.rank()], hashes[t.rank()]); });
+    for (std::size_t r = 0; r < n; ++r) {
+      CAPTURE(r);
+      CHECK(wrong[r] == 0);
+      CHECK(hashes[r] == hashes[0]);
+    }
+    CHECK(hashes[0].size() == 6 * 5 * n + 3 * 4);
+  }
+}
+
+TEST_CASE("collectives: a 4 MiB broadcast and reduce_scatter over 5 ranks") {
+  gs::testbed::watchdog wd(120, "large collectives");
+  constexpr std::size_t n = 5, big = (std::size_t{1} << 20) + 3;
+  std::vector<std::size_t> wrong(n);
+  gs::transport::run_local(n, [&](local& t) {
+    std::vector<float> v(big);
+    for (std::size_t i = 0; i < big; ++i) v[i] = root_value<float>(t.rank() == 3 ? 3 : 9, i);
+    gs::broadcast(t, std::span<float>(v), 3, quick);
+    for (std::size_t i = 0; i < big; ++i) wrong[t.rank()] += v[i] != root_value<float>(3, i);
+    std::vector<std::int32_t> in(n * big), out(big);
+    gs::testing::fill_inputs(std::span<std::int32_t>(in), gs::reduce_op::sum, t.rank(), n);
+    gs::reduce_scatter(t, std::span<const std::int32_t>(in), std::span<std::int32_t>(out),
+                       gs::op::sum, quick);
+    wrong[t.rank()] += gs::testing::count_wrong(std::span<const std::int32_t>(out),
+                                                gs::reduce_op::sum, n, t.rank() * big);
+  });
+  for (std::size_t r = 0; r < n; ++r) CHECK(wrong[r] == 0);
+}
+
+TEST_CASE("collectives over two_level<local, local>: exact on every shape and root") {
+  gs::testbed::watchdog wd(240, "two-level collectives");
+  const std::size_t shapes[][2] = {{2, 2}, {3, 2}, {2, 3}, {1, 4}, {4, 1}, {1, 1}};
+  for (const auto& s : shapes) {
+    const std::size_t nodes = s[0], per_node = s[1], n = nodes * per_node;
+    CAPTURE(nodes);
+    CAPTURE(per_node);
+    std::vector<std::size_t> wrong(n);
+    std::vector<std::vector<std::uint64_t>> hashes(n);
+    const auto errors = gs::testbed::run_two_level_shape(nodes, per_node, [&](local a, local b) {
+      two_level t(std::move(a), std::move(b));
+      every_collective(t, wrong[t.rank()], hashes[t.rank()]);
+    });
+    for (std::size_t r = 0; r < n; ++r) {
+      CAPTURE(r);
+      CHECK(errors[r] == "");
+      CHECK(wrong[r] == 0);
+      CHECK(hashes[r] == hashes[0]);
+    }
+  }
+}
+
+TEST_CASE("collectives: different arguments fail every rank, naming the difference") {
+  constexpr std::size_t n = 4;
+  gs::testbed::watchdog wd(60, "collective mismatches");
+  SUBCASE("broadcast root") {
+    auto out = run_catching(n, [](local& t) {
+      std::vector<float> v(100, 1.0f);
+      gs::broadcast(t, std::span<float>(v), t.rank() == 2 ? 1 : 0, quick);
+    });
+    for (const auto& o : out) {
+      CAPTURE(o.what);
+      CHECK(o.code == gs::errc::mismatch);
+      CHECK(contains(o.what, "ranks called broadcast with different arguments"));
+      CHECK(contains(o.what, "rank 2 differs from rank 0 in root 0 vs 1"));
+    }
+  }
+  SUBCASE("broadcast count") {
+    auto out = run_catching(n, [](local& t) {
+      std::vector<float> v(t.rank() == 3 ? 99 : 100, 1.0f);
+      gs::broadcast(t, std::span<float>(v), 0, quick);
+    });
+    for (const auto& o : out) {
+      CAPTURE(o.what);
+      CHECK(o.code == gs::errc::mismatch);
+      CHECK(contains(o.what, "rank 3 differs from rank 0 in count 100 vs 99"));
+    }
+  }
+  SUBCASE("reduce_scatter type and op") {
+    auto out = run_catching(n, [](local& t) {
+      std::vector<float> in(4 * 10, 1.0f), out(10);
+      std::vector<double> din(4 * 10, 1.0), dout(10);
+      if (t.rank() == 1) {
+        gs::reduce_scatter(t, std::span<const double>(din), std::span<double>(dout), gs::op::sum,
+                           quick);
+      } else if (t.rank() == 2) {
+        gs::reduce_scatter(t, std::span<const float>(in), std::span<float>(out), gs::op::max,
+                           quick);
+      } else {
+        gs::reduce_scatter(t, std::span<const float>(in), std::span<float>(out), gs::op::sum,
+                           quick);
+      }
+    });
+    for (const auto& o : out) {
+      CAPTURE(o.what);
+      CHECK(o.code == gs::errc::mismatch);
+      CHECK(contains(o.what, "ranks called reduce_scatter with different arguments (2 rank(s)"));
+      CHECK(contains(o.what, "rank 1 differs from rank 0 in element type float32 vs float64"));
+      CHECK(contains(o.what, "rank 2 differs from rank 0 in op sum vs max"));
+    }
+  }
+  SUBCASE("a root that is no rank") {
+    auto out = run_catching(n, [](local& t) {
+      std::vector<std::int32_t> v(8);
+      gs::broadcast(t, std::span<std::int32_t>(v), 4, quick);
+    });
+    for (const auto& o : out) {
+      CAPTURE(o.what);
+      CHECK(o.code == gs::errc::invalid_argument);
+      CHECK(contains(o.what, "broadcast: root 4 is not a rank of this transport (4 ranks: 0..3)"));
+    }
+  }
+  SUBCASE("reduce_scatter sizes") {
+    auto out = run_catching(n, [](local& t) {
+      std::vector<float> in(4 * 10 + 1), o(10);
+      gs::reduce_scatter(t, std::span<const float>(in), std::span<float>(o), gs::op::sum, quick);
+    });
+    for (const auto& o : out) {
+      CHECK(o.code == gs::errc::invalid_argument);
+      CHECK(contains(o.what, "the input has 41 elements; it needs ranks x output = 4 x 10"));
+    }
+  }
+}
+
+TEST_CASE("collectives over two_level: a different root on one rank fails every rank") {
+  gs::testbed::watchdog wd(60, "two-level collective mismatch");
+  const auto errors = gs::testbed::run_two_level_shape(2, 2, [&](local a, local b) {
+    two_level t(std::move(a), std::move(b));
+    std::vector<float> v(64, 1.0f);
+    gs::broadcast(t, std::span<float>(v), t.rank() == 3 ? 2 : 0, quick);
+  });
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    CAPTURE(errors[r]);
+    CHECK(contains(errors[r], "broadcast with different arguments"));
+  }
+  CHECK(contains(errors[2], "rank 3 differs from rank 2 in root 0 vs 2"));
+  CHECK(contains(errors[0], "the ranks of another node called broadcast with different"));
+}
+
+TEST_CASE("collectives: a rank that never calls makes the others time out naming it") {
+  gs::testbed::watchdog wd(60, "collective timeouts");
+  constexpr std::size_t n = 3, absent = 2;
+  std::atomic<std::size_t> finished{0};
+  const auto start = std::chrono::steady_clock::now();
+  auto out = run_catching(n, [&](local& t) {
+    if (t.rank() == absent) {
+      while (finished.load() < n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    std::vector<float> v(1000, 1.0f);
+    try {
+      gs::broadcast(t, std::span<float>(v), 0, {.timeout = gs::seconds_d{0.3}});
+    } catch (...) {
+      ++finished;
+      throw;
+    }
+    ++finished;
+  });
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(took < 5.0);
+  for (std::size_t r = 0; r < n - 1; ++r) {
+    CAPTURE(out[r].what);
+    CHECK(out[r].code == gs::errc::timeout);
+    CHECK(contains(out[r].what, "(peer 2)"));
+    CHECK(contains(out[r].what, "on rank " + std::to_string(r)));
+  }
+}
