@@ -44,6 +44,8 @@ struct config {
   std::size_t checkpoint_every = 0;  // global steps between checkpoints; 0 = epoch ends only
   bool resume = false;
   bool exact_grads = false;          // quantized math so gradient sums are exact (tests)
+  bool shard_optimizer = false;      // reduce-scatter grads, update a shard, allgather weights
+  bool seed_per_rank = false;        // each rank draws its start from seed + rank (tests)
   std::size_t progress_every = 100;  // steps between progress lines; 0 = none
   bool print_grad_hash = false;      // print the synced gradient's hash every step (tests)
   std::size_t stop_after = 0;        // stop after this many global steps (tests); 0 = never
@@ -99,11 +101,15 @@ inline std::string usage_text() {
          "  --checkpoint DIR --checkpoint-every K   atomic checkpoints every K steps\n"
          "  --resume                    continue from the latest checkpoint in DIR\n"
          "  --exact-grads               exactly summable gradients (test mode)\n"
+         "  --shard-optimizer           each rank updates 1/n of the weights and keeps that\n"
+         "                              shard's momentum: reduce-scatter the gradients,\n"
+         "                              allgather the weights (ZeRO-1; --fusion none only)\n"
          "  --progress-every N          steps between progress lines (100; 0 = off)\n"
          "  --quiet                     print only the final line\n"
          "  --help, --version           print this text, or the version, and exit 0\n"
          "test hooks: --print-grad-hash --stop-after STEPS --inject-divergence RANK --throttle-ms "
-         "MS\n";
+         "MS\n"
+         "  --seed-per-rank (rank r draws its start from seed + r; rank 0's is broadcast)\n";
 }
 
 namespace detail {
@@ -187,6 +193,10 @@ inline config parse_args(int argc, char** argv) {
       c.exact_grads = true;
     else if (a == "--progress-every")
       c.progress_every = parse_uint(a, value());
+    else if (a == "--shard-optimizer")
+      c.shard_optimizer = true;
+    else if (a == "--seed-per-rank")
+      c.seed_per_rank = true;
     else if (a == "--print-grad-hash")
       c.print_grad_hash = true;
     else if (a == "--stop-after")
@@ -235,6 +245,11 @@ inline config parse_args(int argc, char** argv) {
     throw usage_error("--compress " + c.compress +
                       " needs --fusion bucket (compression runs in the allreducer, which keeps "
                       "its state per bucket)");
+  }
+  if (c.shard_optimizer && (c.fusion != "none" || c.compress != "none")) {
+    throw usage_error(
+        "--shard-optimizer reduce-scatters the whole gradient in one call; it "
+        "takes no --fusion bucket or --compress");
   }
   if (c.topk_permille != 1 && c.topk_permille != 10) {
     throw usage_error("--topk-permille must be 1 or 10 (compile-time choices), got " +

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -32,6 +33,7 @@
 #include "metrics.hpp"
 #include "model.hpp"
 #include "rng.hpp"
+#include "shard.hpp"
 
 namespace mini_trainer {
 
@@ -192,9 +194,51 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
         double(cfg.momentum), ctx.train.n, ctx.test.n, cfg.exact_grads ? ", exact grads" : "");
   }
 
-  // Every rank must start from the same weights (with MPI across hosts, a rank that
-  // cannot see the checkpoint directory would otherwise start fresh on its own).
+  // Every rank starts from rank 0's state: its weights, momentum, data order and place
+  // (a rank that drew other initial weights, or that cannot see the checkpoint directory
+  // across hosts and started fresh, is brought in line), like DDP at construction.
+  if (cfg.seed_per_rank && ctx.start_path.empty()) {  // test hook: ranks disagree at first
+    mlp::init_params(ctx.shape, cfg.seed + r, w);
+    st.epoch_rng = rng(cfg.seed + r).state();
+  }
+  {
+    gs::broadcast(t, std::span<float>(w), 0);
+    gs::broadcast(t, std::span<float>(v), 0);
+    std::vector<std::int64_t> at;  // bit copies: int64_t is the element type gradsync moves
+    for (std::uint64_t x : {st.epoch, st.step_in_epoch, st.global_step}) {
+      at.push_back(static_cast<std::int64_t>(x));
+    }
+    for (std::uint64_t x : st.epoch_rng) at.push_back(static_cast<std::int64_t>(x));
+    gs::broadcast(t, std::span<std::int64_t>(at), 0);
+    st.epoch = static_cast<std::uint64_t>(at[0]);
+    st.step_in_epoch = static_cast<std::uint64_t>(at[1]);
+    st.global_step = static_cast<std::uint64_t>(at[2]);
+    for (std::size_t i = 0; i < st.epoch_rng.size(); ++i) {
+      st.epoch_rng[i] = static_cast<std::uint64_t>(at[3 + i]);
+    }
+    std::vector<double> stats{st.loss_sum, st.correct, st.seen};
+    gs::broadcast(t, std::span<double>(stats), 0);
+    st.loss_sum = stats[0], st.correct = stats[1], st.seen = stats[2];
+  }
   replica_check(ctx.start_path.empty() ? "at start" : "after loading the checkpoint");
+
+  // --shard-optimizer: this rank keeps the momentum of its shard only.
+  std::optional<sharded_optimizer<Tr>> shard;
+  if (cfg.shard_optimizer) {
+    shard.emplace(t, w.size());
+    shard->load_momentum(v);
+    v.clear();
+    v.shrink_to_fit();
+    say("sharded optimizer: momentum %zu floats per rank (%zu for the whole model, 1/%zu)\n",
+        shard->momentum_floats(), w.size(), n);
+  }
+  // The full momentum for a checkpoint (collective when sharded: every rank calls it).
+  auto gather_momentum = [&] {
+    if (shard) v = shard->full_momentum();
+  };
+  auto drop_momentum = [&] {
+    if (shard) v.clear(), v.shrink_to_fit();
+  };
 
   // Checkpoints written from here on describe this run.
   st.ranks = n, st.algo = cfg.algo, st.fusion = cfg.fusion, st.transport = std::string(Tr::name);
@@ -230,11 +274,17 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
       gather_batch(ctx.train, shard_idx.data(), m, net.input(), y.data());
       const auto bs = net.forward(w, y.data(), m);
       net.backward(w, y.data(), m, static_cast<float>(double(n) / double(B)), g,
-                   [&](std::size_t l) { sync->layer_ready(l); });
+                   [&](std::size_t l) {
+                     if (!shard) sync->layer_ready(l);
+                   });
       const auto ts = clk::now();
-      sync->finish();
+      if (shard) {
+        shard->step(w, g, cfg.lr, cfg.momentum);  // the update is part of the sync here
+      } else {
+        sync->finish();
+      }
       const auto te = clk::now();
-      sgd_momentum_step(w, v, g, cfg.lr, cfg.momentum);
+      if (!shard) sgd_momentum_step(w, v, g, cfg.lr, cfg.momentum);
       const auto t1 = clk::now();
       const double dt = std::chrono::duration<double>(t1 - t0).count();
       const double ds = std::chrono::duration<double>(te - ts).count();
@@ -243,7 +293,7 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
       mine_loss += bs.loss_sum, mine_correct += double(bs.correct), mine_seen += double(m);
       ++st.global_step;
       st.step_in_epoch = s + 1;
-      if (cfg.print_grad_hash && r == 0) {
+      if (cfg.print_grad_hash && r == 0 && !shard) {  // sharded: no rank holds all of it
         std::printf("grad step=%zu fnv64=%s\n", std::size_t(st.global_step),
                     hex64(gradsync::testing::fnv1a64(g.data(), g.size() * sizeof(float))).c_str());
         std::fflush(stdout);
@@ -259,15 +309,18 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
             "(%.0f%% of step)%s\n",
             epoch + 1, s + 1, steps_per_epoch, run_loss / run_seen, run_correct / run_seen,
             double(win_steps * B) / wall, 1e3 * win_sync / double(win_steps),
-            100.0 * win_sync / win_step, wire_text(sync->wire_bytes()).c_str());
+            100.0 * win_sync / win_step,
+            (shard ? std::string() : wire_text(sync->wire_bytes())).c_str());
         win_t0 = clk::now(), win_step = win_sync = 0, win_steps = 0;
       }
       if (ckpt) {
         st.loss_sum = run_loss, st.correct = run_correct, st.seen = run_seen;
+        gather_momentum();
         if (r == 0) {
           const std::string p = save_checkpoint(cfg.checkpoint_dir, st);
           say("  checkpoint %s (epoch %zu step %zu)\n", p.c_str(), epoch + 1, s + 1);
         }
+        drop_momentum();
       }
       if (cfg.throttle_ms) std::this_thread::sleep_for(std::chrono::milliseconds(cfg.throttle_ms));
       if (cfg.stop_after && st.global_step >= cfg.stop_after) {
@@ -289,16 +342,20 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
         "step time (%.2f s of %.2f s)  replicas identical%s\n",
         epoch + 1, cfg.epochs, st.last_loss, run_correct / run_seen, acc,
         double(steps_run * B) / train_s, step_s > 0 ? 100.0 * sync_s / step_s : 0.0, sync_s, step_s,
-        wire_text(sync->wire_bytes()).c_str());
+        (shard ? std::string() : wire_text(sync->wire_bytes())).c_str());
     // The next epoch starts from the RNG state after this epoch's shuffle.
     st.epoch = epoch + 1;
     st.step_in_epoch = 0;
     st.epoch_rng = order.state();
     run_loss = run_correct = run_seen = 0;
     st.loss_sum = st.correct = st.seen = 0;
-    if (!cfg.checkpoint_dir.empty() && r == 0) {
-      const std::string p = save_checkpoint(cfg.checkpoint_dir, st);
-      say("  checkpoint %s (end of epoch %zu)\n", p.c_str(), epoch + 1);
+    if (!cfg.checkpoint_dir.empty()) {
+      gather_momentum();
+      if (r == 0) {
+        const std::string p = save_checkpoint(cfg.checkpoint_dir, st);
+        say("  checkpoint %s (end of epoch %zu)\n", p.c_str(), epoch + 1);
+      }
+      drop_momentum();
     }
   }
   if (stopped) {

@@ -76,8 +76,8 @@ std::size_t broadcast_bytes(Tr& t, std::span<std::byte> data, std::size_t root, 
   recorded(
       opt, ctx.seq,
       [&] {
-        agree_if_checked(t, opt, broadcast_header(ctx.seq, count, type, algo_name, root),
-                         ctx.until, same_rank{}, "broadcast");
+        agree_if_checked(t, opt, broadcast_header(ctx.seq, count, type, algo_name, root), ctx.until,
+                         same_rank{}, "broadcast");
         check_root(root, t.size(), t.rank(), ctx.seq);
         sent = run_broadcast(t, data, root, ctx);
         if (opt.verify) verify_result(t, ctx.seq, data.data(), data.size(), ctx.until);
@@ -94,7 +94,7 @@ std::size_t broadcast_bytes(transport::two_level<Intra, Inter>& t, std::span<std
   const std::string_view algo_name = broadcast_algo(data.size(), t.size());
   std::size_t sent = 0;
   transport::detail::two_level_call(
-      t, opt, {"broadcast", algo_name, type, reduce_op::sum, count, {}},
+      t, t.intra(), t.inter(), opt, {"broadcast", algo_name, type, reduce_op::sum, count, {}},
       "broadcast inside the node", "broadcast across nodes",
       [&](const call_context& in_c, const call_context& out_c) {
         if (opt.check) {
@@ -118,8 +118,7 @@ std::size_t broadcast_bytes(transport::two_level<Intra, Inter>& t, std::span<std
                 verify_result(t.intra(), in_c.seq, data.data(), data.size(), in_c.until, rank_of);
               },
               [&](bool, auto rank_of) {
-                verify_result(t.inter(), out_c.seq, data.data(), data.size(), out_c.until,
-                              rank_of);
+                verify_result(t.inter(), out_c.seq, data.data(), data.size(), out_c.until, rank_of);
               });
         }
       });
@@ -136,7 +135,8 @@ std::size_t broadcast(Tr& t, std::span<T> data, std::size_t root, const call_opt
                 "gradsync::broadcast writes the buffer of every rank but the root; pass a "
                 "std::span of non-const elements");
   detail::check_host_collective<Tr>();
-  return detail::broadcast_bytes(t, std::as_writable_bytes(data), root, dtype_of<std::remove_const_t<T>>::value, opt);
+  return detail::broadcast_bytes(t, std::as_writable_bytes(data), root,
+                                 dtype_of<std::remove_const_t<T>>::value, opt);
 }
 
 }  // namespace gradsync

@@ -75,7 +75,8 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
   const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
   std::size_t sent = 0;
   transport::detail::two_level_call(
-      t, opt, {"reduce_scatter", rs_algo::name, dtype_of<T>::value, Op::id, m, {}},
+      t, t.intra(), t.inter(), opt,
+      {"reduce_scatter", rs_algo::name, dtype_of<T>::value, Op::id, m, {}},
       "reduce_scatter inside the node", "reduce_scatter across nodes",
       [&](const call_context& in_c, const call_context& out_c) {
         if (opt.check) {
@@ -89,8 +90,8 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
         if (finite) {
           const std::size_t bad = kernels::first_non_finite(in.data(), in.size());
           agree_finite(t, t.intra(), t.inter(),
-                       make_finding(0, bad, bad < in.size() ? in.data() + bad : nullptr,
-                                    t.rank(), t.describe_self()),
+                       make_finding(0, bad, bad < in.size() ? in.data() + bad : nullptr, t.rank(),
+                                    t.describe_self()),
                        in_c.until, [](std::size_t) { return std::string("its input"); });
         }
         // Column l's blocks (global ranks q * local + l, node q) side by side, so that the
@@ -106,8 +107,8 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
         }
         // op::avg: sums on both levels, one division by the whole group at the end.
         using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
-        sent += rs_algo::run(t.intra(), std::span<const T>(column), std::span<T>(mine),
-                             level_op{}, in_c);
+        sent += rs_algo::run(t.intra(), std::span<const T>(column), std::span<T>(mine), level_op{},
+                             in_c);
         sent += rs_algo::run(t.inter(), std::span<const T>(mine), out, level_op{}, out_c);
         t.intra().executor().finalize(out.data(), m, t.size(), op);
       });
@@ -119,9 +120,8 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
 /// out.size() elements (block q for rank q; a two_level's global ranks). op::avg divides
 /// by size(). Returns the bytes this rank sent. Host memory; T an element type.
 template <class Tr, class TIn, class T, class Op>
-requires std::is_same_v<std::remove_const_t<TIn>, T>
-std::size_t reduce_scatter(Tr& t, std::span<TIn> in, std::span<T> out, Op op,
-                           const call_options& opt = {}) {
+requires std::is_same_v<std::remove_const_t<TIn>, T> std::size_t reduce_scatter(
+    Tr& t, std::span<TIn> in, std::span<T> out, Op op, const call_options& opt = {}) {
   check_element_type<T>();
   check_op_for<T, Op>();
   detail::check_host_collective<Tr>();

@@ -68,8 +68,8 @@ T root_value(std::size_t root, std::size_t i) {
 template <class T, class Tr>
 void broadcast_cases(Tr& t, std::size_t& wrong, std::vector<std::uint64_t>& hashes) {
   const std::size_t n = t.size();
-  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001},
-                            std::size_t{70001}}) {
+  for (std::size_t count :
+       {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}, std::size_t{70001}}) {
     for (std::size_t root = 0; root < n; ++root) {
       std::vector<T> v(count);
       for (std::size_t i = 0; i < count; ++i) {
@@ -90,8 +90,8 @@ void broadcast_cases(Tr& t, std::size_t& wrong, std::vector<std::uint64_t>& hash
 template <class T, class Op, class Tr>
 void reduce_scatter_cases(Tr& t, std::size_t& wrong) {
   const std::size_t n = t.size(), r = t.rank();
-  for (std::size_t m : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001},
-                        std::size_t{40000}}) {
+  for (std::size_t m :
+       {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001}, std::size_t{40000}}) {
     std::vector<T> in(n * m), out(m);
     gs::testing::fill_inputs(std::span<T>(in), Op::id, r, n);
     gs::reduce_scatter(t, std::span<const T>(in), std::span<T>(out), Op{}, quick);
@@ -145,7 +145,8 @@ TEST_CASE("collectives: exact and bitwise identical on 1..8 local ranks, every r
     gs::testbed::watchdog wd(120, "collectives on " + std::to_string(n) + " local ranks");
     std::vector<std::size_t> wrong(n);
     std::vector<std::vector<std::uint64_t>> hashes(n);
-    gs::transport::run_local(n, [&](local& t) { every_collective(t, wrong[t.rank()], hashes[t.rank()]); });
+    gs::transport::run_local(
+        n, [&](local& t) { every_collective(t, wrong[t.rank()], hashes[t.rank()]); });
     for (std::size_t r = 0; r < n; ++r) {
       CAPTURE(r);
       CHECK(wrong[r] == 0);
@@ -311,4 +312,77 @@ TEST_CASE("collectives: a rank that never calls makes the others time out naming
     CHECK(contains(out[r].what, "(peer 2)"));
     CHECK(contains(out[r].what, "on rank " + std::to_string(r)));
   }
+}
+
+TEST_CASE("local split: parity and halves, two groups at once per rank, errors name first ranks") {
+  gs::testbed::watchdog wd(60, "local split");
+  constexpr std::size_t n = 6;
+  std::vector<std::size_t> wrong(n), sizes(n), ranks(n);
+  std::vector<std::string> late(n);
+  std::atomic<int> timed_out{0};
+  gs::transport::run_local(n, [&](local& t) {
+    const std::size_t r = t.rank();
+    local parity = t.split(static_cast<int>(r % 2), static_cast<int>(r));  // {0,2,4} {1,3,5}
+    local halves = t.split(r < 3 ? 0 : 1, -static_cast<int>(r));           // reversed order
+    sizes[r] = parity.size() * 10 + halves.size();
+    ranks[r] = parity.rank() * 10 + halves.rank();
+    // The two groups progress at the same time: allreduces on one thread, broadcasts on
+    // another, in each rank.
+    std::thread helper([&] {
+      for (int it = 0; it < 20; ++it) {
+        std::vector<float> v(3001);
+        gs::testing::fill_inputs(std::span<float>(v), gs::reduce_op::sum, parity.rank(), 3);
+        gs::allreduce<gs::algo::ring>(parity, std::span<float>(v), gs::op::sum, quick);
+        wrong[r] += gs::testing::count_wrong(std::span<const float>(v), gs::reduce_op::sum, 3);
+      }
+    });
+    for (int it = 0; it < 20; ++it) {
+      std::vector<std::int64_t> v(70001);
+      const std::size_t root_global = r < 3 ? 2 : 5;  // halves' rank 0 (key -r)
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        v[i] = static_cast<std::int64_t>(r == root_global ? i * 3 + root_global : 0);
+      }
+      gs::broadcast(halves, std::span<std::int64_t>(v), 0, quick);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        wrong[r] += v[i] != static_cast<std::int64_t>(i * 3 + root_global);
+      }
+    }
+    helper.join();
+    // Rank 5 never calls on the odd group (and stays, so it does not leave it): 1 and 3
+    // time out, naming ranks by their numbers in the first group.
+    if (r == 5) {
+      while (timed_out.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    } else if (r % 2 == 1) {
+      std::vector<float> v(10);
+      try {
+        gs::allreduce<gs::algo::ring>(parity, std::span<float>(v), gs::op::sum,
+                                      {.timeout = gs::seconds_d{0.3}});
+      } catch (const gs::error& e) {
+        late[r] = e.what();
+      }
+      ++timed_out;
+    }
+    const std::string m = [&] {
+      try {
+        (void)t.split(-1, 0);
+      } catch (const gs::error& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    }();
+    CHECK(contains(m, "split color must be >= 0"));
+  });
+  for (std::size_t r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(wrong[r] == 0);
+    CHECK(sizes[r] == 33);
+    CHECK(ranks[r] == (r / 2) * 10 + (r < 3 ? 2 - r : 5 - r));
+  }
+  for (std::size_t r : {std::size_t{1}, std::size_t{3}}) {
+    CAPTURE(late[r]);
+    CHECK(contains(late[r], "gradsync timeout on rank " + std::to_string(r)));
+    CHECK(contains(late[r], "in a sub-group of 3 as rank " + std::to_string(r / 2)));
+  }
+  // Rank 3 waits for 5 (its right neighbour in the odd group's ring) or for 1 waiting for 5.
+  CHECK((contains(late[3], "(peer 5)") || contains(late[1], "(peer 5)")));
 }

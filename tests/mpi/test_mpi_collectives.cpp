@@ -37,8 +37,8 @@ template <class T, class Op, class Tr>
 void cases(Tr& t, std::vector<std::uint64_t>& hashes) {
   const std::size_t n = t.size(), r = t.rank();
   std::size_t wrong = 0;
-  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1001},
-                            std::size_t{300007}}) {
+  for (std::size_t count :
+       {std::size_t{0}, std::size_t{1}, std::size_t{1001}, std::size_t{300007}}) {
     for (std::size_t root = 0; root < n; ++root) {
       std::vector<T> v(count);
       for (std::size_t i = 0; i < count; ++i) v[i] = value_of<T>(r == root ? root : n + 1, i);
@@ -81,8 +81,8 @@ GS_MPI_TEST("collectives: broadcast, reduce_scatter, allgather over mpi, exact",
 
 GS_MPI_TEST("collectives: the same over two levels (shm nodes of 2 ranks, mpi across)", 120) {
   if (world_size() % 2) GS_SKIP("needs an even rank count");
-  auto t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {},
-                                             static_cast<int>(world_rank() / 2));
+  auto t =
+      gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, static_cast<int>(world_rank() / 2));
   GS_CHECK(t.rank() == world_rank());
   every_type(t);
 }
@@ -95,8 +95,8 @@ GS_MPI_TEST("collectives: a different root on one rank fails every rank", 60) {
   const std::string m = GS_CHECK_ERROR(
       gs::broadcast(t, std::span<float>(v), t.rank() == odd ? 1 : 0, quick), gs::errc::mismatch);
   GS_CHECK_MSG(gs::testbed::contains(m, "ranks called broadcast with different arguments") &&
-                   gs::testbed::contains(m, "rank " + std::to_string(odd) +
-                                                " differs from rank 0 in root 0 vs 1"),
+                   gs::testbed::contains(
+                       m, "rank " + std::to_string(odd) + " differs from rank 0 in root 0 vs 1"),
                m);
   // The check kept the ranks in step: the next call works.
   gs::broadcast(t, std::span<float>(v), 0, quick);

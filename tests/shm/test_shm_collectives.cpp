@@ -33,8 +33,8 @@ T value_of(std::size_t who, std::size_t i) {
 template <class T>
 void broadcasts(gs::transport::shm& t, rank_env& env) {
   const std::size_t n = t.size(), r = t.rank();
-  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1001},
-                            std::size_t{(1 << 20) + 3}}) {
+  for (std::size_t count :
+       {std::size_t{0}, std::size_t{1}, std::size_t{1001}, std::size_t{(1 << 20) + 3}}) {
     for (std::size_t root = 0; root < n; ++root) {
       std::vector<T> v(count);
       for (std::size_t i = 0; i < count; ++i) v[i] = value_of<T>(r == root ? root : n + 1, i);

@@ -43,6 +43,7 @@
 #include "gradsync/kernels/finite.hpp"
 #include "gradsync/check/verify.hpp"
 #include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/two_level/call.hpp"
 
 namespace gradsync::algo {
 
@@ -82,34 +83,12 @@ struct hierarchical {
   template <class Intra, class Inter, class In, class Out, class T, class Op, class Phase>
   static void run_on(transport::two_level<Intra, Inter>& t, In& in, Out& out, std::span<T> data,
                      Op op, const call_options& opt, Phase&& phase) {
-    const deadline until = opt.make_deadline();
-    const std::uint64_t in_seq = in.next_seq(), out_seq = out.next_seq();
-    call_note note{
-        "allreduce inside the node", name, dtype_of<T>::value, Op::id, data.size(), opt.label};
-    gradsync::detail::enter_call(in, in_seq, note);
-    note.kind = "allreduce across nodes";
-    gradsync::detail::enter_call(out, out_seq, note);
-    if (opt.recorder) {
-      note.kind = "allreduce";
-      opt.recorder->enter(in_seq, note);
-    }
-    const typename transport::two_level<Intra, Inter>::serving serving(t);
-    try {
-      gradsync::detail::recorded(
-          opt, in_seq,
-          [&] { run_levels(t, in, out, data, op, opt, phase, until, in_seq, out_seq); },
-          [&] { return t.describe_self(); });
-    } catch (const error& e) {
-      t.relay_failure(e);               // the other level's peers stop waiting for this rank
-      if (e.code() == errc::timeout) {  // the lost rank may be known on the other level
-        const std::string notice = t.failure_notice();
-        if (!notice.empty()) {
-          throw error(errc::peer_lost, e.site(),
-                      notice + " (this rank had timed out meanwhile: " + e.what() + ")");
-        }
-      }
-      throw;
-    }
+    transport::detail::two_level_call(
+        t, in, out, opt, {"allreduce", name, dtype_of<T>::value, Op::id, data.size(), {}},
+        "allreduce inside the node", "allreduce across nodes",
+        [&](const call_context& in_c, const call_context& out_c) {
+          run_levels(t, in, out, data, op, opt, phase, in_c.until, in_c.seq, out_c.seq);
+        });
   }
 
  private:

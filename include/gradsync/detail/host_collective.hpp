@@ -32,8 +32,8 @@ inline void check_blocks(const char* collective, const char* whole_name, std::si
   if (whole == block * n) return;
   throw error(errc::invalid_argument, {rank, error_site::npos, ~std::uint64_t{0}},
               std::string(collective) + ": the " + whole_name + " has " + std::to_string(whole) +
-                  " elements; it needs ranks x " + block_name + " = " + std::to_string(n) +
-                  " x " + std::to_string(block));
+                  " elements; it needs ranks x " + block_name + " = " + std::to_string(n) + " x " +
+                  std::to_string(block));
 }
 
 }  // namespace gradsync::detail

@@ -3,6 +3,7 @@
 // multi-device). The embedded default transport.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "gradsync/core/abort.hpp"
+#include "gradsync/core/call.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/stall.hpp"
@@ -68,6 +70,73 @@ class local {
   local(const local&) = delete;
   local& operator=(const local&) = delete;
   local(local&&) = default;
+  /// A rank of a group made by split() leaves it here (its peers get errc::peer_lost
+  /// instead of waiting); the first group's ranks leave when run_local's function ends.
+  ~local() {
+    if (group_ && group_->is_split()) group_->leave(rank_);
+  }
+
+  /// The ranks that pass the same `color` (>= 0) form a new transport::local, ordered by
+  /// `key` then by rank here (like MPI_Comm_split; collective over this transport's
+  /// ranks, within `d`). Errors on it name the ranks of the first group.
+  local split(int color, int key, deadline d = deadline::after(default_timeout())) {
+    if (color < 0) {
+      throw error(errc::invalid_argument, site(error_site::npos),
+                  "split color must be >= 0 (every rank joins exactly one group)");
+    }
+    using group_ptr = std::shared_ptr<detail::local_group>;
+    struct entry {
+      std::int64_t color, key;
+    };
+    struct reply {  // the new rank and a heap copy of the group's pointer, for the receiver
+      std::uint64_t rank;
+      group_ptr* holder;
+    };
+    const std::uint32_t tag = data_tag(next_seq());
+    const entry mine{color, key};
+    if (rank_ != 0) {  // rank 0 forms the groups
+      reply got{};
+      auto s = isend(0, &mine, sizeof mine, tag);
+      auto q = irecv(0, &got, sizeof got, tag);
+      wait(s, d);
+      wait(q, d);
+      const std::unique_ptr<group_ptr> held(got.holder);
+      return local(std::move(*held), static_cast<std::size_t>(got.rank));
+    }
+    const std::size_t n = size();
+    std::vector<entry> all(n);
+    all[0] = mine;
+    std::vector<request> in(n);
+    for (std::size_t q = 1; q < n; ++q) in[q] = irecv(q, &all[q], sizeof(entry), tag);
+    for (std::size_t q = 1; q < n; ++q) wait(in[q], d);
+    std::vector<std::size_t> order(n);
+    for (std::size_t q = 0; q < n; ++q) order[q] = q;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return all[a].color != all[b].color ? all[a].color < all[b].color : all[a].key < all[b].key;
+    });
+    std::vector<reply> out(n);
+    group_ptr self;
+    std::size_t self_rank = 0;
+    for (std::size_t i = 0; i < n;) {  // one colour: order[i, j)
+      std::size_t j = i;
+      while (j < n && all[order[j]].color == all[order[i]].color) ++j;
+      auto g = std::make_shared<detail::local_group>(j - i);
+      std::vector<std::size_t> origin;
+      for (std::size_t k = i; k < j; ++k) origin.push_back(group_->origin_rank(order[k]));
+      g->set_origin(std::move(origin));
+      for (std::size_t k = i; k < j; ++k) {
+        if (order[k] == 0) {
+          self = g, self_rank = k - i;
+        } else {
+          out[order[k]] = {k - i, new group_ptr(g)};
+        }
+      }
+      i = j;
+    }
+    for (std::size_t q = 1; q < n; ++q) in[q] = isend(q, &out[q], sizeof(reply), tag);
+    for (std::size_t q = 1; q < n; ++q) wait(in[q], d);
+    return local(std::move(self), self_rank);
+  }
 
   std::size_t rank() const { return rank_; }
   std::size_t size() const { return group_->size(); }
@@ -143,7 +212,15 @@ class local {
   kernels::host_executor executor() const { return {}; }
 
  private:
-  error_site site(std::size_t peer) const { return {rank_, peer, seq_ - 1}; }
+  error_site site(std::size_t peer) const {
+    if (!group_->is_split()) return {rank_, peer, seq_ - 1};
+    error_site s{group_->origin_rank(rank_), peer < size() ? group_->origin_rank(peer) : peer,
+                 seq_ - 1};
+    s.group_rank = rank_;
+    s.group_peer = peer < size() ? peer : error_site::npos;
+    s.group_size = size();
+    return s;
+  }
 
   // The stall warning: every other rank's count of entered calls, from the group's board.
   void report_stall() const {

@@ -51,6 +51,13 @@ class local_group {
 
   std::size_t size() const { return ranks_.size(); }
 
+  /// A group split from another (local::split): each member's rank in the group that
+  /// was split first, for error messages. Set before any member uses the group.
+  void set_origin(std::vector<std::size_t> ranks) { origin_ = std::move(ranks); }
+  /// Rank q as the first group numbered it (q itself in a group that was not split).
+  std::size_t origin_rank(std::size_t q) const { return q < origin_.size() ? origin_[q] : q; }
+  bool is_split() const { return !origin_.empty(); }
+
   /// Posts a send from `src` to `dst`; matches a waiting receive if there is one.
   std::shared_ptr<local_msg> post(std::shared_ptr<local_msg> m) {
     auto& box = ranks_[m->dst];  // both sends and receives meet in the receiver's box
@@ -150,6 +157,8 @@ class local_group {
     std::deque<std::shared_ptr<local_msg>> recvs;  // unmatched receives of this rank
     std::atomic<bool> left{false};
   };
+
+  std::vector<std::size_t> origin_;  // per rank: its rank in the group split first
 
   void complete(local_msg& s, local_msg& r) {
     if (s.bytes != r.bytes) {

@@ -18,22 +18,23 @@
 
 namespace gradsync::transport::detail {
 
-/// Runs body(in_ctx, out_ctx) as one call of `t`: in_ctx numbers it inside the node
-/// (t.intra()), out_ctx across the nodes (t.inter()); both share opt's deadline.
-/// `note.kind` names the collective, `inside` and `across` its two levels in stall
-/// warnings (string literals: the watches keep them). A timeout whose cause the other
-/// level knows (a rank lost there) is rethrown as peer_lost quoting it.
-template <class Intra, class Inter, class Body>
-void two_level_call(two_level<Intra, Inter>& t, const call_options& opt, call_note note,
-                    std::string_view inside, std::string_view across, Body&& body) {
+/// Runs body(in_ctx, out_ctx) as one call of `t`: in_ctx numbers it on `in` (inside the
+/// node: t.intra() or a wrapper that forwards to it), out_ctx on `out` (across the nodes:
+/// t.inter() or a wrapper); both share opt's deadline. `note.kind` names the collective,
+/// `inside` and `across` its two levels in stall warnings (string literals: the watches
+/// keep them). A timeout whose cause the other level knows (a rank lost there) is
+/// rethrown as peer_lost quoting it.
+template <class Intra, class Inter, class In, class Out, class Body>
+void two_level_call(two_level<Intra, Inter>& t, In& in, Out& out, const call_options& opt,
+                    call_note note, std::string_view inside, std::string_view across, Body&& body) {
   const deadline until = opt.make_deadline();
-  const std::uint64_t in_seq = t.intra().next_seq(), out_seq = t.inter().next_seq();
+  const std::uint64_t in_seq = in.next_seq(), out_seq = out.next_seq();
   note.label = opt.label;
   const std::string_view kind = note.kind;
   note.kind = inside;
-  gradsync::detail::enter_call(t.intra(), in_seq, note);
+  gradsync::detail::enter_call(in, in_seq, note);
   note.kind = across;
-  gradsync::detail::enter_call(t.inter(), out_seq, note);
+  gradsync::detail::enter_call(out, out_seq, note);
   note.kind = kind;
   if (opt.recorder) opt.recorder->enter(in_seq, note);
   const typename two_level<Intra, Inter>::serving serving(t);
