@@ -118,8 +118,8 @@ float value_at(std::size_t who, std::size_t i) {
 struct subject {
   std::vector<float> in, out;
   std::function<void()> gradsync_run, mpi_run;
-  std::function<void()> fill;                   // the inputs (and garbage in outputs)
-  std::function<std::size_t()> count_wrong;     // after one run
+  std::function<void()> fill;                // the inputs (and garbage in outputs)
+  std::function<std::size_t()> count_wrong;  // after one run
 };
 
 template <class Tr>
@@ -198,9 +198,8 @@ std::size_t run_all(Tr& t, const options& o, MPI_Comm comm, const char* mpi_name
     if (me == 0) {
       std::printf("# %s  transport=%s  ranks=%zu  mpi=%s  float sum, interleaved with MPI\n",
                   c.c_str(), o.transport.c_str(), n, mpi_name);
-      std::printf("#%12s %12s %12s %9s %9s %12s %9s %9s %8s %8s\n", "bytes", "count",
-                  "gs time us", "algbw", "busbw", "mpi time us", "algbw", "busbw", "gs/mpi",
-                  "#wrong");
+      std::printf("#%12s %12s %12s %9s %9s %12s %9s %9s %8s %8s\n", "bytes", "count", "gs time us",
+                  "algbw", "busbw", "mpi time us", "algbw", "busbw", "gs/mpi", "#wrong");
       std::fflush(stdout);
     }
     for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {

@@ -129,7 +129,7 @@ requires std::is_same_v<std::remove_const_t<TIn>, T> std::size_t reduce_scatter(
                        t.rank());
   const auto* ib = reinterpret_cast<const std::byte*>(in.data());
   const auto* ob = reinterpret_cast<const std::byte*>(out.data());
-  if (out.size() && ib < ob + out.size_bytes() && ob < ib + in.size_bytes()) {
+  if (!out.empty() && ib < ob + out.size_bytes() && ob < ib + in.size_bytes()) {
     throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
                 "reduce_scatter: input and output overlap; pass disjoint spans");
   }
