@@ -11,7 +11,6 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
-#include <vector>
 
 #include "gradsync/algo/detail/ring_pass.hpp"
 #include "gradsync/algo/tuning.hpp"
@@ -22,6 +21,10 @@ namespace gradsync::algo {
 
 struct reduce_scatter_ring {
   static constexpr std::string_view name = "reduce_scatter_ring";
+  /// Workspace slot of the rotated working copy, kept across calls: a fresh vector per
+  /// call costs a zeroing pass and page faults (docs/collectives.md). The allreduce
+  /// algorithms use slots 0, 1, 2 and 5.
+  static constexpr std::size_t scratch_slot = 3;
 
   /// out (m elements) := block `rank` of the reduction of every rank's `in` (n blocks of
   /// m elements, block q for rank q); op::avg divides by n. Returns the bytes sent.
@@ -35,14 +38,14 @@ struct reduce_scatter_ring {
       return 0;
     }
     // work chunk c holds input block c - 1: the pass reduces chunk r + 1 onto rank r.
-    std::vector<T> work(n * m);
+    T* const work = static_cast<T*>(t.scratch().get(scratch_slot, n * m * sizeof(T)));
     for (std::size_t c = 0; c < n; ++c) {
-      std::memcpy(work.data() + c * m, in.data() + ((c + n - 1) % n) * m, m * sizeof(T));
+      std::memcpy(work + c * m, in.data() + ((c + n - 1) % n) * m, m * sizeof(T));
     }
-    detail::ring_pass<Tr, T> pass(t, std::span<T>(work), ctx);
+    detail::ring_pass<Tr, T> pass(t, std::span<T>(work, n * m), ctx);
     pass.reduce_scatter(op, n, /*forward=*/false);
     pass.finish();
-    std::memcpy(out.data(), work.data() + ((t.rank() + 1) % n) * m, m * sizeof(T));
+    std::memcpy(out.data(), work + ((t.rank() + 1) % n) * m, m * sizeof(T));
     return (n - 1) * m * sizeof(T);
   }
 };
