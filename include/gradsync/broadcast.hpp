@@ -80,7 +80,9 @@ std::size_t broadcast_bytes(Tr& t, std::span<std::byte> data, std::size_t root, 
                          same_rank{}, "broadcast");
         check_root(root, t.size(), t.rank(), ctx.seq);
         sent = run_broadcast(t, data, root, ctx);
-        if (opt.verify) verify_result(t, ctx.seq, data.data(), data.size(), ctx.until);
+        if (opt.verify) {
+          verify_result(t, ctx.seq, data.data(), data.size(), ctx.until, same_rank{}, "broadcast");
+        }
       },
       [&] { return describe_rank(t, t.rank()); });
   return sent;
@@ -112,14 +114,8 @@ std::size_t broadcast_bytes(transport::two_level<Intra, Inter>& t, std::span<std
         }
         sent += run_broadcast(t.intra(), data, root % local, in_c);
         if (opt.verify) {
-          check_two_levels(
-              t, errc::diverged,
-              [&](auto rank_of) {
-                verify_result(t.intra(), in_c.seq, data.data(), data.size(), in_c.until, rank_of);
-              },
-              [&](bool, auto rank_of) {
-                verify_result(t.inter(), out_c.seq, data.data(), data.size(), out_c.until, rank_of);
-              });
+          verify_two_levels(t, t.intra(), t.inter(), in_c.seq, out_c.seq, data.data(), data.size(),
+                            in_c.until, "broadcast");
         }
       });
   return sent;

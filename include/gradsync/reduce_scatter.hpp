@@ -13,7 +13,6 @@
 #include <span>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #include "gradsync/algo/reduce_scatter_ring.hpp"
 #include "gradsync/allreduce.hpp"
@@ -96,20 +95,23 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
         }
         // Column l's blocks (global ranks q * local + l, node q) side by side, so that the
         // node's reduce-scatter leaves local rank l their node-wide sums, node-major.
-        std::vector<T> column(in.size()), mine(nodes * m);
+        // Kept across calls in the node transport's workspace (rs_algo uses slots 0 and 3).
+        T* const column = static_cast<T*>(t.intra().scratch().get(4, in.size() * sizeof(T)));
+        T* const mine = static_cast<T*>(t.intra().scratch().get(6, nodes * m * sizeof(T)));
         for (std::size_t l = 0; l < local; ++l) {
           for (std::size_t q = 0; q < nodes; ++q) {
             if (m) {
-              std::memcpy(column.data() + (l * nodes + q) * m, in.data() + (q * local + l) * m,
+              std::memcpy(column + (l * nodes + q) * m, in.data() + (q * local + l) * m,
                           m * sizeof(T));
             }
           }
         }
         // op::avg: sums on both levels, one division by the whole group at the end.
         using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
-        sent += rs_algo::run(t.intra(), std::span<const T>(column), std::span<T>(mine), level_op{},
-                             in_c);
-        sent += rs_algo::run(t.inter(), std::span<const T>(mine), out, level_op{}, out_c);
+        sent += rs_algo::run(t.intra(), std::span<const T>(column, in.size()),
+                             std::span<T>(mine, nodes * m), level_op{}, in_c);
+        sent +=
+            rs_algo::run(t.inter(), std::span<const T>(mine, nodes * m), out, level_op{}, out_c);
         t.intra().executor().finalize(out.data(), m, t.size(), op);
       });
   return sent;

@@ -21,6 +21,7 @@
 #include <gradsync/testing/exact_inputs.hpp>
 
 #include "two_level_ranks.hpp"
+#include "local_outcomes.hpp"
 #include "watchdog.hpp"
 
 namespace gs = gradsync;
@@ -35,25 +36,7 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-/// What one rank saw: the error it caught, if any.
-struct outcome {
-  bool threw = false;
-  gs::errc code{};
-  std::string what;
-};
-
-template <class F>
-std::vector<outcome> run_catching(std::size_t n, F f) {
-  std::vector<outcome> out(n);
-  gs::transport::run_local(n, [&](local& t) {
-    try {
-      f(t);
-    } catch (const gs::error& e) {
-      out[t.rank()] = {true, e.code(), e.what()};
-    }
-  });
-  return out;
-}
+using gs::testbed::run_catching;
 
 /// Root `root`'s value at element i (exact in every element type), and a different one
 /// that the other ranks start with.

@@ -26,32 +26,15 @@
 
 #include <gradsync/gradsync.hpp>
 
+#include "local_outcomes.hpp"
 #include "watchdog.hpp"
 
 namespace gs = gradsync;
 
 namespace {
 
-/// What one rank saw: the error it caught, if any.
-struct outcome {
-  bool threw = false;
-  gs::errc code{};
-  std::string what;
-};
-
-/// Runs f(t) on n ranks and records every rank's gradsync::error.
-template <class F>
-std::vector<outcome> run_catching(std::size_t n, F f) {
-  std::vector<outcome> out(n);
-  gs::transport::run_local(n, [&](gs::transport::local& t) {
-    try {
-      f(t);
-    } catch (const gs::error& e) {
-      out[t.rank()] = {true, e.code(), e.what()};
-    }
-  });
-  return out;
-}
+using gs::testbed::outcome;
+using gs::testbed::run_catching;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;

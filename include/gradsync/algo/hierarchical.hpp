@@ -124,7 +124,8 @@ struct hierarchical {
       in.executor().finalize(data.data(), data.size(), t.size(), op);
       phase("inter_allreduce", i0, clock::now());
       if (opt.verify) {
-        verify_levels(t, in, out, in_seq, out_seq, data.data(), data.size_bytes(), until);
+        gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, data.data(),
+                                            data.size_bytes(), until, "allreduce");
       }
       return;
     }
@@ -149,7 +150,8 @@ struct hierarchical {
     phase("inter_allreduce", r1, i1);
     phase("intra_allgather", i1, g1);
     if (opt.verify)
-      verify_levels(t, in, out, in_seq, out_seq, data.data(), data.size_bytes(), until);
+      gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, data.data(),
+                                          data.size_bytes(), until, "allreduce");
   }
 
   /// run_observed over `pieces` pieces of the vector: the node's reduce-scatter of piece
@@ -206,7 +208,8 @@ struct hierarchical {
     phase("inter_allreduce", i0, i1);
     phase("intra_allgather", i1, g1);
     if (opt.verify)
-      verify_levels(t, in, out, in_seq, out_seq, data.data(), data.size_bytes(), until);
+      gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, data.data(),
+                                          data.size_bytes(), until, "allreduce");
   }
 
   /// The header's algorithm field: "hier<" + InterAlgo's name + ">" (a different
@@ -214,46 +217,6 @@ struct hierarchical {
   static const std::string& header_name() {
     static const std::string n = "hier<" + std::string(InterAlgo::name) + ">";  // built once
     return n;
-  }
-
-  /// call_options::verify over two levels: the ranks of each node compare result hashes,
-  /// then the ranks of each local index across nodes (equal in every node and in every
-  /// column means equal everywhere); errc::diverged on every rank at once
-  /// (check/two_levels.hpp).
-  template <class Intra, class Inter, class In, class Out>
-  static void verify_levels(transport::two_level<Intra, Inter>& t, In& in, Out& out,
-                            std::uint64_t in_seq, std::uint64_t out_seq, const void* data,
-                            std::size_t bytes, deadline until) {
-    result_record mine;
-    mine.bytes = bytes;
-    mine.hash = kernels::buffer_hash(data, bytes);
-    const auto fail = [&](const std::string& what) {
-      throw error(
-          errc::diverged, {t.rank(), error_site::npos, in_seq},
-          "allreduce results differ across ranks: " + what + gradsync::detail::divergence_hint());
-    };
-    gradsync::detail::check_two_levels(
-        t, errc::diverged,
-        [&](auto rank_of) {
-          mine.seq = in_seq;
-          const std::string d = gradsync::detail::describe_divergence(
-              gradsync::detail::exchange_results(in, mine, until), rank_of);
-          if (!d.empty()) fail("inside node " + std::to_string(t.inter().rank()) + ", " + d);
-        },
-        [&](bool node_failed, auto rank_of) {
-          mine.seq = out_seq;
-          mine.flags = node_failed ? result_record::poisoned : 0;
-          const auto by_rank = gradsync::detail::exchange_results(out, mine, until);
-          if (node_failed) return;  // this node's own finding is rethrown
-          for (const result_record& x : by_rank) {
-            if (x.flags & result_record::poisoned)
-              fail(
-                  "the ranks of another node hold different results among themselves (that "
-                  "node's ranks name them); this node's ranks agree");
-          }
-          const std::string d = gradsync::detail::describe_divergence(by_rank, rank_of);
-          if (!d.empty()) fail("across nodes, " + d);
-        });
   }
 
   /// Agrees on the call inside the node, then across nodes; every rank ends with the same

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "gradsync/check/consistency.hpp"
+#include "gradsync/check/verify.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/kernels/hash.hpp"
 #include "gradsync/transport/two_level.hpp"
 
 namespace gradsync::detail {
@@ -80,6 +82,46 @@ void agree_two_levels(transport::two_level<Intra, Inter>& t, In& in, Out& out, s
           }
           throw;
         }
+      });
+}
+
+/// call_options::verify over two levels: the ranks of each node compare hashes of their
+/// `bytes` result bytes, then the ranks of each local index across nodes (equal in every
+/// node and every column means equal everywhere); errc::diverged on every rank at once,
+/// a node that disagrees poisoning the cross-node round. `in` / `out` and the seqs as in
+/// agree_two_levels; `collective` names the call in the message.
+template <class Intra, class Inter, class In, class Out>
+void verify_two_levels(transport::two_level<Intra, Inter>& t, In& in, Out& out,
+                       std::uint64_t in_seq, std::uint64_t out_seq, const void* data,
+                       std::size_t bytes, deadline until, std::string_view collective) {
+  result_record mine;
+  mine.bytes = bytes;
+  mine.hash = kernels::buffer_hash(data, bytes);
+  const auto fail = [&](const std::string& what) {
+    throw error(
+        errc::diverged, {t.rank(), error_site::npos, in_seq},
+        std::string(collective) + " results differ across ranks: " + what + divergence_hint());
+  };
+  check_two_levels(
+      t, errc::diverged,
+      [&](auto rank_of) {
+        mine.seq = in_seq;
+        const std::string d = describe_divergence(exchange_results(in, mine, until), rank_of);
+        if (!d.empty()) fail("inside node " + std::to_string(t.inter().rank()) + ", " + d);
+      },
+      [&](bool node_failed, auto rank_of) {
+        mine.seq = out_seq;
+        mine.flags = node_failed ? result_record::poisoned : 0;
+        const auto by_rank = exchange_results(out, mine, until);
+        if (node_failed) return;  // this node's own finding is rethrown
+        for (const result_record& x : by_rank) {
+          if (x.flags & result_record::poisoned)
+            fail(
+                "the ranks of another node hold different results among themselves (that "
+                "node's ranks name them); this node's ranks agree");
+        }
+        const std::string d = describe_divergence(by_rank, rank_of);
+        if (!d.empty()) fail("across nodes, " + d);
       });
 }
 

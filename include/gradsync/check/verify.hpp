@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gradsync/check/consistency.hpp"
@@ -86,7 +87,7 @@ inline const char* divergence_hint() {
 /// t; `rank_of` maps a rank of t to the rank messages name (a two_level's global rank).
 template <transport_policy T, class RankOf = same_rank>
 void verify_result(T& t, std::uint64_t seq, const void* data, std::size_t bytes, deadline d,
-                   RankOf rank_of = {}) {
+                   RankOf rank_of = {}, std::string_view collective = "allreduce") {
   if (t.size() < 2) return;
   result_record mine;
   mine.seq = seq;
@@ -96,7 +97,8 @@ void verify_result(T& t, std::uint64_t seq, const void* data, std::size_t bytes,
   const std::string what = detail::describe_divergence(by_rank, rank_of);
   if (!what.empty()) {
     throw error(errc::diverged, {rank_of(t.rank()), error_site::npos, seq},
-                "allreduce results differ across ranks: " + what + detail::divergence_hint());
+                std::string(collective) + " results differ across ranks: " + what +
+                    detail::divergence_hint());
   }
 }
 
