@@ -185,7 +185,7 @@ struct hierarchical {
         },
         [&] {
           if constexpr (transport::two_level<Intra, Inter>::can_serve)
-            (void)t.inter().serve_peers(0);
+            (void)t.inter().serve_peers(t.node_wait());
         });
     const auto r0 = clock::now();
     for (std::size_t i = 0; i < pieces; ++i) {
@@ -193,6 +193,7 @@ struct hierarchical {
       const std::span<T> piece = data.subspan(p.offset, p.count);
       passes.emplace_back(in, piece, in_c);
       passes.back().reduce_scatter(LevelOp{}, 0, false);
+      t.set_node_wait(0);  // no longer held up inside the node (set by its waits)
       const detail::range mine = passes.back().owned();
       shards[i] = piece.subspan(mine.offset, mine.count);
       worker.ready(i);

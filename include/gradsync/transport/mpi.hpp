@@ -279,7 +279,8 @@ class mpi {
     r.cancel();
   }
   // At a timeout, the peers that do not answer the stall inspector's query within half
-  // a second: the rank waited on may be alive and itself waiting for a lost one.
+  // a second: the rank waited on may be alive and itself waiting for a lost one (then
+  // its relayed notice is awaited half a second more: the caller prefers it).
   std::string silent_peers() {
     return stall_.silent_peers(comm_, rank_, std::chrono::milliseconds(500),
                                [this](std::size_t q) { return describe_rank(q); });
@@ -309,12 +310,13 @@ class mpi {
         const std::uint32_t tag = r.tag_;
         const bool send = r.is_send_;
         give_up(r);
+        const std::string silent = silent_peers();
+        if (stall_.notice_from() != detail::mpi_stall::no_notice) peer_failed();
         throw error(errc::timeout, site(peer),
                     std::string("deadline passed while waiting to ") +
                         (send ? "send " : "receive ") + std::to_string(bytes) + " bytes " +
                         (send ? "to" : "from") + " the peer (tag " + std::to_string(tag) +
-                        "; set GRADSYNC_TIMEOUT or call_options::timeout to wait longer)" +
-                        silent_peers());
+                        "; set GRADSYNC_TIMEOUT or call_options::timeout to wait longer)" + silent);
       }
       if (rc != MPI_SUCCESS) fail(r, rc);
       if (!r.is_send_) {
@@ -423,12 +425,14 @@ class mpi {
           abort_switch::throw_aborted(where, "while this rank waited in MPI_Iallreduce");
         }
         if (rc == detail::mpi_poll_peer_failed) peer_failed();
+        const std::string silent = silent_peers();
+        if (stall_.notice_from() != detail::mpi_stall::no_notice) peer_failed();
         throw error(errc::timeout, where,
                     "deadline passed in MPI_Iallreduce of " + std::to_string(count) + " " +
                         std::string(dtype_name(dtype_of<T>::value)) +
                         " (some rank did not join; set GRADSYNC_TIMEOUT or "
                         "call_options::timeout to wait longer)" +
-                        silent_peers());
+                        silent);
       }
       detail::check_mpi(rc, "MPI_Iallreduce", where);
     }

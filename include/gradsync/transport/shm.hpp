@@ -48,6 +48,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -198,6 +199,7 @@ class shm_state {
   // other level: it answers that level's stall queries); a non-empty result is a peer's
   // failure notice, which ends the wait with peer_lost.
   std::function<std::string(std::size_t)> wait_hook_;
+  static constexpr std::chrono::milliseconds relay_grace{900};  // idle_check
   std::vector<std::size_t> job_ranks_;  // per group rank: its rank in the job (or empty)
   std::string host_;
 
@@ -352,6 +354,15 @@ class shm_state {
     }
     if (stall_.due(now)) report_stall();
     if (now >= until) {
+      // As a node of a two_level, a live peer that has entered this call may wait across
+      // nodes for a lost rank: it times out about now and fails with a cause naming that
+      // rank (quoted above, and more useful than its name); give it until 0.9 s past the
+      // deadline to do so. A peer that never entered the call is the one to name.
+      if (wait_hook_ && peer < size_ && now < until + relay_grace &&
+          shared_word(seg_.ctl(peer).entered).load(std::memory_order_relaxed) >= stall_.entered()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        return false;
+      }
       fail(errc::timeout, peer,
            std::string("deadline passed while waiting ") + waiting_for +
                " (set GRADSYNC_TIMEOUT or call_options::timeout to wait longer)");

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -120,7 +121,9 @@ class two_level {
     explicit serving(two_level& t) : t_(t) {
       if constexpr (can_serve) {
         t.intra_.set_wait_hook([&t](std::size_t peer) {
-          return t.serve_paused_ ? std::string() : t.inter_.serve_peers(peer + 1);
+          if (!t.serve_paused_) return t.inter_.serve_peers(peer + 1);
+          t.set_node_wait(peer + 1);  // the pipeline's helper says so when it answers
+          return std::string();
         });
       }
     }
@@ -140,7 +143,18 @@ class two_level {
   };
   /// Stops (true) or resumes serving from the node's waits, while another thread calls
   /// Inter (algo::hierarchical's pipeline helper, which serves it itself when idle).
-  void pause_serving(bool p) { serve_paused_ = p; }
+  void pause_serving(bool p) {
+    serve_paused_ = p;
+    set_node_wait(0);
+  }
+  /// While serving is paused: the job rank + 1 this rank's node-level wait is waiting
+  /// for (0: none), written by that wait, read by the helper answering the stall queries.
+  void set_node_wait(std::uint64_t v) {
+    std::atomic_ref<std::uint64_t>(node_wait_).store(v, std::memory_order_relaxed);
+  }
+  std::uint64_t node_wait() {
+    return std::atomic_ref<std::uint64_t>(node_wait_).load(std::memory_order_relaxed);
+  }
 
   Intra& intra() { return intra_; }
   Inter& inter() { return inter_; }
@@ -236,6 +250,7 @@ class two_level {
   Inter inter_;
   bool network_ = false, pipelines_ = false;
   bool serve_paused_ = false;  // serving: another thread calls Inter now
+  alignas(std::atomic_ref<std::uint64_t>::required_alignment) std::uint64_t node_wait_ = 0;
 };
 
 /// True for a transport::two_level (which algo::hierarchical runs on).

@@ -87,8 +87,12 @@ class mpi_stall {
   /// At a timeout: asks every peer once more and waits up to `window` for the answers
   /// (answering peers' queries meanwhile, so that ranks timing out together hear each
   /// other). Returns ", no answer from <ranks> (...)" naming the silent ones — they are
-  /// not waiting in gradsync: their process died, is stopped, or is busy elsewhere — or
-  /// "" when every peer answered.
+  /// not waiting in gradsync: their process died, is stopped, or is busy elsewhere — and
+  /// the peers that wait on another level of a two_level, or "" when neither.
+  /// A peer waiting inside its node for a lost rank times out about when this rank does
+  /// and relays the cause after its own `window` of asking there: when one answers so,
+  /// its notice is awaited until 1.8 `window` after the query (within deadline + 1 s at
+  /// 500 ms; take it with notice_from(): the caller should prefer it).
   template <class Describe>
   std::string silent_peers(MPI_Comm comm, std::size_t rank, std::chrono::milliseconds window,
                            Describe&& describe) {
@@ -100,14 +104,27 @@ class mpi_stall {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     asking_ = false;
-    std::string silent;
+    std::string silent, held;
     for (std::size_t q = 0; q < answer_.size(); ++q) {
-      if (q == rank || answer_[q] != ~std::uint64_t{0}) continue;
-      silent += (silent.empty() ? "" : ", ") + describe(q);
+      if (q == rank) continue;
+      if (answer_[q] == ~std::uint64_t{0}) {
+        silent += (silent.empty() ? "" : ", ") + describe(q);
+      } else if (blocked_[q] != 0) {
+        held += (held.empty() ? "" : ", ") + describe(q) + " for job rank " +
+                std::to_string(blocked_[q] - 1);
+      }
     }
-    if (silent.empty()) return {};
+    if (!held.empty()) {
+      const auto until = asked_at_ + window * 9 / 5;
+      while (!take_notice(comm) && clock::now() < until) {
+        answer(comm);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      held = "; waiting inside their node: " + held;
+    }
+    if (silent.empty()) return held;
     return "; no answer within " + std::to_string(window.count()) + " ms from " + silent +
-           " (its process died, is stopped, or is stuck outside gradsync)";
+           " (its process died, is stopped, or is stuck outside gradsync)" + held;
   }
 
   /// Tells every peer that this rank failed, and why: their waits on this transport end
