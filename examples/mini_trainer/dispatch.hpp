@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <gradsync/algo/list.hpp>
@@ -69,6 +70,12 @@ void add_compressed(std::vector<dispatch_entry<Tr>>& t, std::string_view name) {
   add.template operator()<c::error_feedback<c::powersgd<1>>>("ef_powersgd1");
 }
 
+/// The algorithms that get the compressed entries. A compile-time test: a run-time one
+/// on the name would still instantiate all 12 compressed allreducers for every algorithm.
+template <class A>
+inline constexpr bool compressed_algorithm =
+    std::is_same_v<A, gradsync::algo::ring> || std::is_same_v<A, gradsync::algo::hierarchical<>>;
+
 /// Adds algorithm A under `name` (fusion none, and bucket) if A runs on Tr
 /// (gradsync::runs_on_v).
 template <class Tr, class A>
@@ -76,7 +83,7 @@ void add_algorithm(std::vector<dispatch_entry<Tr>>& t, std::string_view name) {
   if constexpr (gradsync::runs_on_v<A, Tr>) {
     t.push_back({name, "none", &make_per_tensor<Tr, A>});
     t.push_back({name, "bucket", &make_bucket<Tr, A>});
-    if (name == "ring" || name == "hierarchical") add_compressed<Tr, A>(t, name);
+    if constexpr (compressed_algorithm<A>) add_compressed<Tr, A>(t, name);
   }
 }
 
