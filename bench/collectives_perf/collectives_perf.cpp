@@ -32,6 +32,8 @@
 #include <gradsync/transport/shm/from_mpi.hpp>
 #include <gradsync/transport/two_level/from_mpi.hpp>
 
+#include "../common/build_note.hpp"
+
 namespace gs = gradsync;
 
 namespace {
@@ -194,6 +196,7 @@ template <class Tr>
 std::size_t run_all(Tr& t, const options& o, MPI_Comm comm, const char* mpi_name) {
   const std::size_t n = t.size(), me = t.rank();
   std::size_t wrong_total = 0;
+  if (me == 0) gradsync::bench::print_build_note();
   for (const std::string& c : o.collectives) {
     if (me == 0) {
       std::printf("# %s  transport=%s  ranks=%zu  mpi=%s  float sum, interleaved with MPI\n",

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "build_note.hpp"
+
 namespace gradsync::bench {
 
 /// One measured size of one implementation.

@@ -30,6 +30,7 @@
 #include <gradsync/testing/exact_inputs.hpp>
 
 #include "../common/group.hpp"
+#include "../common/build_note.hpp"
 
 #if GRADSYNC_BENCH_MPI
 #include <mpi.h>
@@ -315,6 +316,7 @@ int report(const std::vector<row>& rows, const std::vector<kernel_row>& krows, c
       "# compress_perf: %zu ranks over %s, %.1f MiB float, op avg, algo::ring, median of %d "
       "(after %d warm-up) of the slowest rank\n",
       ranks, transport, static_cast<double>(o.bytes) / (1 << 20), o.iters, o.warmup);
+  gradsync::bench::print_build_note();
   std::printf("# %-9s %10s %10s %8s %9s %11s %10s %5s\n", "scheme", "median_ms", "min_ms",
               "vs none", "wire MB", "enc+dec ms", "rel err", "same");
   int bad = 0;

@@ -27,6 +27,7 @@
 #include <gradsync/gradsync.hpp>
 
 #include "../common/group.hpp"
+#include "../common/build_note.hpp"
 #include "measure.hpp"
 #include "models.hpp"
 
@@ -189,6 +190,7 @@ int report(const std::vector<gb::row>& rows, const gb::perf_options& o, std::siz
       "# fusion_perf: %zu ranks, algo::auto_select, op avg, float32, median of %d (%d for models "
       "< 64 MiB; after %d warm-up) of the slowest rank, progress thread nice +%d, %s\n",
       ranks, o.reps, std::max(o.reps, o.reps_small), o.warmup, o.progress_nice, when);
+  gb::print_build_note();
   std::printf("# %-9s %-12s %-30s %7s %7s %9s %10s %10s %8s %9s %6s\n", "transport", "model",
               "mode", "tensors", "buckets", "MiB", "median_ms", "min_ms", "algbw", "vs", "#wrong");
   int bad = 0;

@@ -52,7 +52,9 @@ namespace gradsync::transport {
 /// waits for a peer that already sits in the launcher's final barrier (raw MPI programs
 /// too, about 1 run in 10 in the virtual cluster; openucx/ucx#8738). The launcher may
 /// then report the job as failed although every rank finished: the note tells why.
-inline int finalize_job(int rc, std::chrono::milliseconds grace = std::chrono::seconds(30)) {
+/// A healthy MPI_Finalize takes well under a second: 10 s is ample, and bounds what a
+/// hung one adds to a job (it was 30 s; the cluster tests waited that out in most MPICH jobs).
+inline int finalize_job(int rc, std::chrono::milliseconds grace = std::chrono::seconds(10)) {
   std::fflush(stdout);
   std::fflush(stderr);
   std::thread([rc, grace] {
