@@ -279,8 +279,8 @@ class mpi {
     r.cancel();
   }
   // At a timeout, the peers that do not answer the stall inspector's query within half
-  // a second: the rank waited on may be alive and itself waiting for a lost one (then
-  // its relayed notice is awaited half a second more: the caller prefers it).
+  // a second: the rank waited on may be alive and itself waiting for a lost one (when it
+  // says so, its relayed notice is awaited until 0.9 s after the query: callers prefer it).
   std::string silent_peers() {
     return stall_.silent_peers(comm_, rank_, std::chrono::milliseconds(500),
                                [this](std::size_t q) { return describe_rank(q); });
