@@ -3,12 +3,17 @@
 # an H200): builds with nvcc alone (no meson, doctest or MPI needed), runs the CUDA
 # tests, measures kernel bandwidth against the measured D2D copy at 1 GiB, runs the
 # cuda_ipc allreduce with 2 and 4 processes on GPU 0 and the nccl transport with one
-# rank, then prints a summary and writes it to $OUT/gpu_report.txt (or ./gpu_report.txt).
+# rank, trains the CUDA mini-trainer (examples/cuda_trainer: --exact-grads bits against
+# the CPU trainer's, bench/gpu/exact_ref.txt; 2 and 4 processes for 2 epochs, test
+# accuracy >= 0.84), then prints a summary and writes it to $OUT/gpu_report.txt (or
+# ./gpu_report.txt).
 #
 #   bash bench/gpu_check.sh            # from the repository root
 # Environment: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), GPU_ARCH
 # (default sm_90), NCCL_HOME (a directory with include/nccl.h and lib/libnccl.so*;
-# default: the CUDA toolkit, /usr, or the nvidia-nccl wheel of python3).
+# default: the CUDA toolkit, /usr, or the nvidia-nccl wheel of python3), FASHION_MNIST_DIR
+# (default: /usr/share/datasets/fashion-mnist, else ./.data/fashion-mnist, which a device
+# run carries: docs/cuda.md).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -87,6 +92,10 @@ build() {  # name source extra-flags...
   fi
   if [ -n "$MPIRUN" ]; then
     build test_mpi_device tests/cuda/test_mpi_device.cu -ccbin "$MPICXX" &  # mpicxx adds MPI
+    build cuda_trainer examples/cuda_trainer/cuda_trainer.cu -ccbin "$MPICXX" -DCUDA_TRAINER_MPI \
+      -DOMPI_SKIP_MPICXX=1 -lcublas -lz &
+  else
+    build cuda_trainer examples/cuda_trainer/cuda_trainer.cu -lcublas -lz &
   fi
   wait
 } 2>&1 | tee -a "$LOG"
@@ -123,6 +132,64 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi_device" ]; then
   else note "TEST test_mpi_device: FAILED (exit $rc)"; fi
 fi
 say "tests done after $(elapsed) s"
+
+# ---- the CUDA trainer (issue 23) -----------------------------------------------------------
+DATA=${FASHION_MNIST_DIR:-}
+for d in /usr/share/datasets/fashion-mnist "$ROOT/.data/fashion-mnist"; do
+  [ -z "$DATA" ] && [ -f "$d/train-images-idx3-ubyte.gz" ] && DATA=$d
+done
+trc=0
+trainer() {  # label timeout args...: runs cuda_trainer, output in $BUILD/<label>.out
+  local label=$1 t=$2; shift 2
+  say "== cuda_trainer $label: $*"
+  timeout "$t" "$@" >"$BUILD/$label.out" 2>&1; trc=$?
+  cat "$BUILD/$label.out" >>"$LOG"; tail -4 "$BUILD/$label.out"
+}
+if [ ! -x "$BUILD/cuda_trainer" ]; then
+  note "TRAINER: NOT BUILT"
+elif [ -z "$DATA" ]; then
+  note "TRAINER: FAILED (no Fashion-MNIST: set FASHION_MNIST_DIR or carry .data/fashion-mnist)"
+else
+  exact=(--data "$DATA" --epochs 2 --limit 2048 --batch 256 --exact-grads --print-grad-hash --quiet)
+  trainer probe 60 "$BUILD/cuda_trainer" --data "$DATA" --limit 256 --epochs 1 --quiet
+fi
+if [ -x "$BUILD/cuda_trainer" ] && [ -n "$DATA" ] && [ $trc -eq 77 ]; then
+  if nvidia-smi -L 2>/dev/null | grep -q GPU; then
+    note "TRAINER: FAILED (exit 77 = no usable GPU, but nvidia-smi sees one: $(head -1 "$BUILD/probe.out"))"
+  else
+    note "TRAINER: SKIPPED (no usable GPU: $(head -1 "$BUILD/probe.out"))"
+  fi
+elif [ -x "$BUILD/cuda_trainer" ] && [ -n "$DATA" ]; then
+  for v in "1 none" "2 none" "4 bucket"; do
+    set -- $v
+    trainer "exact_r$1_$2" 180 "$BUILD/cuda_trainer" --ranks "$1" --fusion "$2" --bucket-mb 0.25 "${exact[@]}"
+    if [ $trc -ne 0 ]; then note "TRAINER exact-grads $1 process(es), fusion $2: FAILED (exit $trc)"
+    elif cmp -s "$BUILD/exact_r$1_$2.out" bench/gpu/exact_ref.txt; then
+      note "TRAINER exact-grads $1 process(es), fusion $2: passed (16 gradients and the weights = CPU trainer's)"
+    else
+      note "TRAINER exact-grads $1 process(es), fusion $2: FAILED (differs from the CPU trainer: $(diff bench/gpu/exact_ref.txt "$BUILD/exact_r$1_$2.out" | grep -c '^>') lines)"
+      diff bench/gpu/exact_ref.txt "$BUILD/exact_r$1_$2.out" | head -6 | tee -a "$LOG"
+    fi
+  done
+  if [ -n "$MPIRUN" ]; then
+    trainer exact_mpi 180 "$MPIRUN" --allow-run-as-root --oversubscribe -n 2 "$BUILD/cuda_trainer" \
+      --transport mpi_device "${exact[@]}"
+    got=$(grep -c "$(tail -1 bench/gpu/exact_ref.txt)" "$BUILD/exact_mpi.out")
+    if [ $trc -eq 0 ] && [ "$got" -eq 2 ]; then note "TRAINER exact-grads mpi_device 2 ranks: passed (both final lines = CPU trainer's)"
+    else note "TRAINER exact-grads mpi_device 2 ranks: FAILED (exit $trc, $got of 2 final lines match)"; fi
+  fi
+  for n in 2 4; do
+    trainer "full_r$n" 240 "$BUILD/cuda_trainer" --data "$DATA" --ranks "$n" --epochs 2 --fusion bucket
+    acc=$(sed -n 's/^final .*test_acc=\([0-9.]*\).*/\1/p' "$BUILD/full_r$n.out")
+    if [ $trc -eq 0 ] && [ -n "$acc" ] && awk -v a="$acc" 'BEGIN { exit !(a >= 0.84) }'; then
+      note "TRAINER $n processes, 2 epochs: passed (test_acc $acc >= 0.84, replicas identical)"
+    else
+      note "TRAINER $n processes, 2 epochs: FAILED (exit $trc, test_acc '${acc}', want >= 0.84)"
+    fi
+    summary+=("  $(grep '^epoch 2/2' "$BUILD/full_r$n.out")")
+  done
+fi
+say "trainer done after $(elapsed) s"
 
 # ---- benchmarks ----------------------------------------------------------------------------
 run_bench() {  # label timeout args...

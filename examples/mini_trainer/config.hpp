@@ -138,9 +138,10 @@ inline bool is_pow2(std::size_t x) {
 
 }  // namespace detail
 
-/// Parses argv; throws usage_error naming the flag on anything it cannot use.
-inline config parse_args(int argc, char** argv) {
-  config c;
+/// Parses argv over the defaults `c`; throws usage_error naming the flag on anything it
+/// cannot use (an unknown flag with the text of `usage`: the CUDA trainer has its own).
+inline config parse_args(int argc, char** argv, config c = {},
+                         std::string (*usage)() = usage_text) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     auto value = [&]() -> std::string {
@@ -225,7 +226,7 @@ inline config parse_args(int argc, char** argv) {
       c.version = true;
       return c;
     } else {
-      throw usage_error("unknown flag '" + std::string(a) + "'\n" + usage_text());
+      throw usage_error("unknown flag '" + std::string(a) + "'\n" + usage());
     }
   }
   if (c.batch == 0) throw usage_error("--batch must be positive");
@@ -275,6 +276,26 @@ inline config parse_args(int argc, char** argv) {
     }
   }
   return c;
+}
+
+/// Steps per epoch of a run of `cfg` on `ranks` ranks over `train_samples` samples;
+/// throws usage_error when the batch cannot be split or exact mode cannot hold.
+inline std::size_t checked_steps_per_epoch(const config& cfg, std::size_t ranks,
+                                           std::size_t train_samples) {
+  const std::size_t B = cfg.batch, n = ranks;
+  if (B < n) {
+    throw usage_error("--batch " + std::to_string(B) + " is smaller than the " + std::to_string(n) +
+                      " ranks; every rank needs at least one sample");
+  }
+  if (cfg.exact_grads && !detail::is_pow2(n)) {
+    throw usage_error("--exact-grads needs a power-of-two rank count (1, 2, 4, ...), got " +
+                      std::to_string(n));
+  }
+  if (train_samples / B == 0) {
+    throw usage_error("the training set has " + std::to_string(train_samples) +
+                      " samples, fewer than one global batch of " + std::to_string(B));
+  }
+  return train_samples / B;
 }
 
 /// The compression as dispatch.hpp names its entries: "none", "fp16", "int8", "ef_int8",

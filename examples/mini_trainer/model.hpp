@@ -13,72 +13,25 @@
 // stays below 2^24 units of its grid: it fits in float's 24-bit significand and is exact
 // in ANY order and grouping (bias gradients likewise) -- one rank's
 // GEMM over 256 samples and four ranks' GEMMs over 64 samples each, summed by the ring,
-// produce the same bits. The per-sample forward/backward is done one sample at a time
-// (sgemv), so its rounding cannot depend on how many samples share a GEMM.
+// produce the same bits, on the CPU and on the GPU. The per-sample forward/backward
+// products with the weights are not on a grid; they are computed one sample at a time by
+// exact_math.hpp's fixed-order dot product, so their rounding depends neither on how
+// many samples share a GEMM nor on the device (the CUDA trainer runs the same code).
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <span>
-#include <string>
 #include <vector>
-
-#include <gradsync/fusion/tensor.hpp>
 
 #include <cblas.h>
 
+#include "exact_math.hpp"
 #include "rng.hpp"
+#include "shape.hpp"
 
 namespace mini_trainer {
-
-/// Layer widths, input first: {784, 256, 128, 10}.
-struct mlp_shape {
-  std::vector<std::size_t> dims;
-
-  std::size_t layers() const { return dims.size() - 1; }
-  std::size_t weight_offset(std::size_t l) const {
-    std::size_t off = 0;
-    for (std::size_t i = 0; i < l; ++i) off += dims[i + 1] * (dims[i] + 1);
-    return off;
-  }
-  std::size_t bias_offset(std::size_t l) const { return weight_offset(l) + dims[l + 1] * dims[l]; }
-  std::size_t param_count() const { return weight_offset(layers()); }
-  std::string str() const {
-    std::string s;
-    for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "-" : "") + std::to_string(dims[i]);
-    return s;
-  }
-  /// The matrix shape of W1, b1, W2, b2, ...: W_l is out x in (row-major), biases none.
-  std::vector<gradsync::matrix_shape> matrix_shapes() const {
-    std::vector<gradsync::matrix_shape> s;
-    for (std::size_t l = 0; l < layers(); ++l) {
-      s.push_back({dims[l + 1], dims[l]});
-      s.push_back({});
-    }
-    return s;
-  }
-  /// Spans for W1, b1, W2, b2, ... into an arena laid out like the parameters.
-  std::vector<std::span<float>> tensors(std::vector<float>& arena) const {
-    std::vector<std::span<float>> t;
-    for (std::size_t l = 0; l < layers(); ++l) {
-      t.emplace_back(arena.data() + weight_offset(l), dims[l + 1] * dims[l]);
-      t.emplace_back(arena.data() + bias_offset(l), dims[l + 1]);
-    }
-    return t;
-  }
-};
-
-namespace detail {
-inline float quantize(float x, float lo, float hi) {
-  constexpr float step = 0x1.0p-6f, inv = 0x1.0p6f;
-  return std::clamp(std::nearbyint(x * inv) * step, lo, hi);
-}
-constexpr float act_hi = 2.0f - 0x1.0p-6f;  // activations in [0, 2)
-constexpr float delta_lim = 2.0f;           // deltas in [-2, 2]
-}  // namespace detail
 
 /// Per-rank scratch for one shard of a batch and the math on it.
 class mlp {
@@ -96,15 +49,9 @@ class mlp {
 
   const mlp_shape& shape() const { return shape_; }
 
-  /// He-uniform weights from `seed`, zero biases; the same on every rank.
+  /// He-uniform weights from `seed`, zero biases (shape.hpp's init_params).
   static void init_params(const mlp_shape& s, std::uint64_t seed, std::vector<float>& p) {
-    p.assign(s.param_count(), 0.0f);
-    rng r(seed ^ 0x5eed'1417'0000'0001ull);
-    for (std::size_t l = 0; l < s.layers(); ++l) {
-      const float a = std::sqrt(6.0f / static_cast<float>(s.dims[l]));
-      float* w = p.data() + s.weight_offset(l);
-      for (std::size_t i = 0; i < s.dims[l + 1] * s.dims[l]; ++i) w[i] = r.uniform(a);
-    }
+    mini_trainer::init_params(s, seed, p);
   }
 
   /// Input buffer for up to max_batch samples (filled by gather_batch).
@@ -125,8 +72,9 @@ class mlp {
       float* z = acts_[l + 1].data();
       if (exact_) {
         for (std::size_t s = 0; s < m; ++s) {
-          cblas_sgemv(CblasRowMajor, CblasNoTrans, int(out), int(in), 1.0f, w, int(in),
-                      acts_[l].data() + s * in, 1, 0.0f, z + s * out, 1);
+          for (std::size_t j = 0; j < out; ++j) {
+            z[s * out + j] = exact::dot(w + j * in, 1, acts_[l].data() + s * in, 1, in);
+          }
         }
       } else if (m) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(out), int(in), 1.0f,
@@ -135,14 +83,8 @@ class mlp {
       const bool hidden = l + 1 < L;
       for (std::size_t s = 0; s < m; ++s) {
         float* row = z + s * out;
-        for (std::size_t j = 0; j < out; ++j) {
-          float v = row[j] + b[j];
-          if (hidden) {
-            v = v > 0.0f ? v : 0.0f;
-            if (exact_) v = detail::quantize(v, 0.0f, detail::act_hi);
-          }
-          row[j] = v;
-        }
+        for (std::size_t j = 0; j < out; ++j)
+          row[j] = exact::activation(row[j], b[j], hidden, exact_);
       }
     }
     // Softmax cross-entropy; the probabilities overwrite the logits.
@@ -150,18 +92,9 @@ class mlp {
     const std::size_t k = shape_.dims[L];
     float* p = acts_[L].data();
     for (std::size_t s = 0; s < m; ++s) {
-      float* row = p + s * k;
-      const std::size_t arg = static_cast<std::size_t>(std::max_element(row, row + k) - row);
-      const float mx = row[arg];
-      double sum = 0;
-      for (std::size_t j = 0; j < k; ++j) {
-        row[j] = std::exp(row[j] - mx);
-        sum += row[j];
-      }
-      st.loss_sum += std::log(sum) - std::log(static_cast<double>(row[y[s]]));
-      const float inv = static_cast<float>(1.0 / sum);
-      for (std::size_t j = 0; j < k; ++j) row[j] *= inv;
-      st.correct += arg == y[s];
+      bool hit = false;
+      st.loss_sum += exact::softmax_xent(p + s * k, k, y[s], exact_, &hit);
+      st.correct += hit;
     }
     return st;
   }
@@ -178,9 +111,7 @@ class mlp {
     const float* p = acts_[L].data();
     for (std::size_t s = 0; s < m; ++s) {
       for (std::size_t j = 0; j < k; ++j) {
-        float v = p[s * k + j] - (j == y[s] ? 1.0f : 0.0f);
-        if (exact_) v = detail::quantize(v, -1.0f, 1.0f);
-        d[s * k + j] = v;
+        d[s * k + j] = exact::output_delta(p[s * k + j], j == y[s], exact_);
       }
     }
     for (std::size_t l = L; l-- > 0;) {
@@ -206,18 +137,15 @@ class mlp {
         float* dp = deltas_[l].data();
         if (exact_) {
           for (std::size_t s = 0; s < m; ++s) {
-            cblas_sgemv(CblasRowMajor, CblasTrans, int(out), int(in), 1.0f, w, int(in),
-                        dl + s * out, 1, 0.0f, dp + s * in, 1);
+            for (std::size_t i = 0; i < in; ++i) {
+              dp[s * in + i] = exact::dot(dl + s * out, 1, w + i, in, out);
+            }
           }
         } else if (m) {
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(in), int(out), 1.0f,
                       dl, int(out), w, int(in), 0.0f, dp, int(in));
         }
-        for (std::size_t i = 0; i < m * in; ++i) {
-          float v = a[i] > 0.0f ? dp[i] : 0.0f;
-          if (exact_) v = detail::quantize(v, -detail::delta_lim, detail::delta_lim);
-          dp[i] = v;
-        }
+        for (std::size_t i = 0; i < m * in; ++i) dp[i] = exact::relu_delta(a[i], dp[i], exact_);
       }
       if (layer_done) layer_done(l);
     }
@@ -237,10 +165,7 @@ inline void sgd_momentum_step(std::vector<float>& w, std::vector<float>& v,
   float* __restrict wp = w.data();
   float* __restrict vp = v.data();
   const float* __restrict gp = g.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    vp[i] = mu * vp[i] + gp[i];
-    wp[i] -= lr * vp[i];
-  }
+  for (std::size_t i = 0; i < n; ++i) exact::sgd_momentum(wp[i], vp[i], gp[i], lr, mu);
 }
 
 }  // namespace mini_trainer

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <chrono>
-#include <cinttypes>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -32,6 +31,7 @@
 #include "grad_sync.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
+#include "report.hpp"
 #include "rng.hpp"
 #include "shard.hpp"
 
@@ -54,12 +54,6 @@ struct replica_error : std::runtime_error {
 
 inline std::uint64_t weights_hash(const std::vector<float>& w) {
   return gradsync::testing::fnv1a64(w.data(), w.size() * sizeof(float));
-}
-
-inline std::string hex64(std::uint64_t h) {
-  char b[20];
-  std::snprintf(b, sizeof b, "%016" PRIx64, h);
-  return b;
 }
 
 /// Builds the gradient synchronizer chosen by --algo/--fusion over the gradient tensors.
@@ -95,19 +89,7 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
     }
   };
 
-  if (B < n) {
-    throw usage_error("--batch " + std::to_string(B) + " is smaller than the " + std::to_string(n) +
-                      " ranks; every rank needs at least one sample");
-  }
-  if (cfg.exact_grads && (n & (n - 1))) {
-    throw usage_error("--exact-grads needs a power-of-two rank count (1, 2, 4, ...), got " +
-                      std::to_string(n));
-  }
-  const std::size_t steps_per_epoch = ctx.train.n / B;
-  if (steps_per_epoch == 0) {
-    throw usage_error("the training set has " + std::to_string(ctx.train.n) +
-                      " samples, fewer than one global batch of " + std::to_string(B));
-  }
+  const std::size_t steps_per_epoch = checked_steps_per_epoch(cfg, n, ctx.train.n);
 
   train_state st = ctx.start;  // this rank's copy
   std::vector<float>& w = st.params;
@@ -294,9 +276,7 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
       ++st.global_step;
       st.step_in_epoch = s + 1;
       if (cfg.print_grad_hash && r == 0 && !shard) {  // sharded: no rank holds all of it
-        std::printf("grad step=%zu fnv64=%s\n", std::size_t(st.global_step),
-                    hex64(gradsync::testing::fnv1a64(g.data(), g.size() * sizeof(float))).c_str());
-        std::fflush(stdout);
+        print_grad_hash(std::size_t(st.global_step), weights_hash(g));
       }
       const bool progress =
           cfg.progress_every && (s + 1) % cfg.progress_every == 0 && s + 1 < steps_per_epoch;
@@ -363,11 +343,7 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
     say("stopped after global step %zu (--stop-after)\n", std::size_t(st.global_step));
   }
 
-  char line[160];
-  std::snprintf(line, sizeof line, "final epoch=%zu test_acc=%.4f loss=%.4f weights_fnv64=%s",
-                std::size_t(st.epoch), st.last_test_acc < 0 ? 0.0 : st.last_test_acc,
-                st.last_loss < 0 ? 0.0 : st.last_loss, hex64(weights_hash(w)).c_str());
-  return line;
+  return final_line(std::size_t(st.epoch), st.last_test_acc, st.last_loss, weights_hash(w));
 }
 
 /// The starting state: fresh from the seed, or the latest checkpoint in --checkpoint DIR.

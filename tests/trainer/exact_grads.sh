@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # End to end with --exact-grads: every step's synced gradient (hash printed per step)
 # and the final weights are bit-identical for 1, 2 and 4 ranks, and across algorithms
-# and fusion and bucket sizes; without the test mode, 1/2/4 ranks agree on accuracy within a point.
+# and fusion and bucket sizes, and equal bench/gpu/exact_ref.txt (the GPU check's reference).
 source "$(dirname "$0")/common.sh"
 common=(--epochs 2 --limit 2048 --batch 256 --exact-grads --print-grad-hash --quiet)
 run ref --ranks 1 "${common[@]}"
 expect_ok ref
 [ "$(grep -c '^grad step=' "$TMP/ref.out")" -eq 16 ] || fail "expected 16 gradient hashes"
+# bench/gpu_check.sh compares the CUDA trainer on a GPU with this run, kept in the tree
+# (the GPU machine may have no OpenBLAS to build the CPU trainer): it must stay current.
+REF="$(dirname "$0")/../../bench/gpu/exact_ref.txt"
+cmp -s "$TMP/ref.out" "$REF" || { diff "$REF" "$TMP/ref.out" | head; fail "bench/gpu/exact_ref.txt is \
+stale: regenerate it with: mini_trainer --ranks 1 ${common[*]} > bench/gpu/exact_ref.txt"; }
 for variant in "local 2 ring none" "local 4 ring none" "local 4 tree none" \
   "local 2 halving_doubling bucket" "local 4 ring bucket" "local 4 auto bucket" \
   "shm 2 direct none" "shm 4 direct_one_shot bucket" "shm 4 ring none"; do

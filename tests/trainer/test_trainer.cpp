@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Unit tests of the mini-trainer's pieces on synthetic data (no data set needed):
 // exact gradients equal across 1/2/4 ranks and every algorithm/fusion, checkpoint
-// round trip and refusals, data-file errors, the shuffle.
+// round trip and refusals, data-file errors, the shuffle; exact_math.hpp, the per-element
+// math the CUDA trainer's kernels share with the CPU model, and the CUDA trainer's
+// order of operations replayed on the host against the CPU model.
 #include <doctest/doctest.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +20,7 @@
 
 #include "checkpoint.hpp"
 #include "data.hpp"
+#include "exact_math.hpp"
 #include "grad_sync.hpp"
 #include "model.hpp"
 #include "rng.hpp"
@@ -333,4 +337,129 @@ TEST_CASE("data files: errors name the file and what is wrong") {
   e = error_of([&] { mt::load_split(dir, "train", 0); });
   CHECK(e.find(lp) != std::string::npos);
   CHECK(e.find("label 2 is 200") != std::string::npos);
+}
+
+TEST_CASE("exact_math: exp, dot and quantize are right, and dot's strides index like the kernels") {
+  namespace ex = mt::exact;
+  CHECK(ex::exp_nonpositive(0.0) == 1.0);
+  CHECK(ex::exp_nonpositive(-709.0) == 0.0);
+  double worst = 0;
+  for (int i = 0; i <= 20000; ++i) {
+    const double x = -60.0 * i / 20000.0;
+    worst = std::max(worst, std::fabs(ex::exp_nonpositive(x) / std::exp(x) - 1.0));
+  }
+  CHECK(worst < 1e-15);
+  // Round to nearest, ties to even, then clamp.
+  CHECK(ex::quantize(0x1.0p-7f, -1, 1) == 0.0f);           // a tie: to the even 0
+  CHECK(ex::quantize(3 * 0x1.0p-7f, -1, 1) == 0x1.0p-5f);  // a tie: to the even 2/64
+  CHECK(ex::quantize(0.3f, -1, 1) == 19 * 0x1.0p-6f);
+  CHECK(ex::quantize(5.0f, 0, ex::act_hi) == ex::act_hi);
+  CHECK(ex::quantize(-5.0f, -ex::delta_lim, ex::delta_lim) == -2.0f);
+  // A strided dot (a column of a row-major matrix, as exact_backprop reads W) equals the
+  // contiguous one over a transposed copy, for lengths with every remainder mod 4, and
+  // is within float rounding of a long double sum.
+  mt::rng r(5);
+  for (std::size_t n : {1, 2, 3, 4, 5, 10, 127, 784}) {
+    const std::size_t cols = 3;
+    std::vector<float> m(n * cols), col(n), v(n);
+    for (auto& x : m) x = r.uniform(1.0f);
+    for (auto& x : v) x = r.uniform(2.0f);
+    for (std::size_t c = 0; c < cols; ++c) {
+      long double ref = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        col[i] = m[i * cols + c];
+        ref += static_cast<long double>(col[i]) * v[i];
+      }
+      CAPTURE(n);
+      const float strided = ex::dot(v.data(), 1, m.data() + c, cols, n);
+      const float contiguous = ex::dot(col.data(), 1, v.data(), 1, n);
+      CHECK(std::memcmp(&strided, &contiguous, sizeof(float)) == 0);
+      CHECK(std::fabs(strided - static_cast<double>(ref)) <= 1e-6 * (1 + std::fabs(double(ref))));
+    }
+  }
+}
+
+TEST_CASE("exact grads: the CUDA trainer's order of operations gives the CPU model's bits") {
+  // device_mlp's kernels, one thread body per element, replayed on the host in the
+  // device's order: forward per (sample, unit), softmax per sample, the weight
+  // gradient summed in another order than OpenBLAS's (cuBLAS picks its own), the bias
+  // gradient in sample order, back-propagation per (sample, input). Exact mode only:
+  // these are the bits the CUDA trainer must reproduce.
+  namespace ex = mt::exact;
+  const auto d = synthetic(64, 11);
+  std::vector<float> params;
+  mt::mlp::init_params(shape, 5, params);
+  const std::size_t m = 64, L = shape.layers();
+  const float scale = 1.0f / 64;
+  std::vector<std::uint32_t> idx(m);
+  for (std::size_t i = 0; i < m; ++i) idx[i] = static_cast<std::uint32_t>(i);
+  std::vector<std::uint8_t> y(m);
+
+  mt::mlp net(shape, m, true);
+  mt::gather_batch(d, idx.data(), m, net.input(), y.data());
+  std::vector<float> want(params.size());
+  const auto st = net.forward(params, y.data(), m);
+  net.backward(params, y.data(), m, scale, want);
+
+  std::vector<std::vector<float>> acts(L + 1), deltas(L + 1);
+  acts[0].resize(m * 784);
+  mt::gather_batch(d, idx.data(), m, acts[0].data(), y.data());
+  for (std::size_t l = 0; l < L; ++l) {  // kernels::exact_linear
+    const std::size_t in = shape.dims[l], out = shape.dims[l + 1];
+    acts[l + 1].resize(m * out);
+    const float* w = params.data() + shape.weight_offset(l);
+    const float* b = params.data() + shape.bias_offset(l);
+    for (std::size_t t = 0; t < m * out; ++t) {
+      const std::size_t s = t / out, j = t % out;
+      acts[l + 1][t] = ex::activation(ex::dot(w + j * in, 1, acts[l].data() + s * in, 1, in), b[j],
+                                      l + 1 < L, true);
+    }
+  }
+  const std::size_t k = shape.dims[L];
+  deltas[L].resize(m * k);
+  std::size_t hits = 0;
+  for (std::size_t s = 0; s < m; ++s) {  // kernels::softmax_delta
+    bool h = false;
+    ex::softmax_xent(acts[L].data() + s * k, k, y[s], true, &h);
+    hits += h;
+    for (std::size_t j = 0; j < k; ++j) {
+      deltas[L][s * k + j] = ex::output_delta(acts[L][s * k + j], j == y[s], true);
+    }
+  }
+  CHECK(hits == st.correct);
+  std::vector<float> got(params.size());
+  for (std::size_t l = L; l-- > 0;) {
+    const std::size_t in = shape.dims[l], out = shape.dims[l + 1];
+    float* gw = got.data() + shape.weight_offset(l);
+    float* gb = got.data() + shape.bias_offset(l);
+    for (std::size_t j = 0; j < out; ++j) {  // cuBLAS's place: samples summed last to first
+      for (std::size_t i = 0; i < in; ++i) {
+        float acc = 0;
+        for (std::size_t s = m; s-- > 0;) acc += deltas[l + 1][s * out + j] * acts[l][s * in + i];
+        gw[j * in + i] = acc * scale;
+      }
+      float acc = 0;  // kernels::bias_grad
+      for (std::size_t s = 0; s < m; ++s) acc += deltas[l + 1][s * out + j];
+      gb[j] = acc * scale;
+    }
+    if (l > 0) {  // kernels::exact_backprop
+      deltas[l].resize(m * in);
+      const float* w = params.data() + shape.weight_offset(l);
+      for (std::size_t t = 0; t < m * in; ++t) {
+        const std::size_t s = t / in, i = t % in;
+        deltas[l][t] = ex::relu_delta(
+            acts[l][t], ex::dot(deltas[l + 1].data() + s * out, 1, w + i, in, out), true);
+      }
+    }
+  }
+  std::size_t nonzero = 0;
+  for (float g : got) nonzero += g != 0.0f;
+  CHECK(nonzero > got.size() / 4);
+  CHECK(same_bits(got, want));
+  // And the update: kernels::sgd applies the same function as sgd_momentum_step.
+  std::vector<float> w1 = params, v1(params.size(), 0.5f), w2 = params, v2 = v1;
+  mt::sgd_momentum_step(w1, v1, want, 0.02f, 0.9f);
+  for (std::size_t i = 0; i < w2.size(); ++i) ex::sgd_momentum(w2[i], v2[i], got[i], 0.02f, 0.9f);
+  CHECK(same_bits(w1, w2));
+  CHECK(same_bits(v1, v2));
 }
