@@ -73,6 +73,16 @@ using sync_factory = std::unique_ptr<gradient_sync> (*)(Tr&, std::vector<std::sp
                                                         std::vector<gradsync::matrix_shape>,
                                                         std::size_t);
 
+/// ", built at -O1 ..." when -Dtrainer_optimization lowered the level (scripts/test).
+inline const char* build_note() {
+#if defined(MINI_TRAINER_OPT_LEVEL) && MINI_TRAINER_OPT_LEVEL < 2
+  return " (NOTE: built at -O1 by -Dtrainer_optimization=1 for the tests: samples/s are not "
+         "representative)";
+#else
+  return "";
+#endif
+}
+
 /// Runs the whole training on rank t.rank(); returns the final line (same on every rank).
 /// Compiled once per transport: the (algorithm, fusion) choice is behind `make_sync`.
 template <class Tr>
@@ -170,10 +180,11 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
   } else {
     say("mini_trainer: model %s (%zu parameters), %zu ranks, transport %s, algo %s, fusion %s, "
         "compress %s, global batch %zu (%zu per rank), lr %g, momentum %g, %zu train / %zu test "
-        "samples%s\n",
+        "samples%s%s\n",
         ctx.shape.str().c_str(), w.size(), n, std::string(Tr::name).c_str(), cfg.algo.c_str(),
         cfg.fusion.c_str(), compress_key(cfg).c_str(), B, max_shard, double(cfg.lr),
-        double(cfg.momentum), ctx.train.n, ctx.test.n, cfg.exact_grads ? ", exact grads" : "");
+        double(cfg.momentum), ctx.train.n, ctx.test.n, cfg.exact_grads ? ", exact grads" : "",
+        build_note());
   }
 
   // Every rank starts from rank 0's state: its weights, momentum, data order and place
