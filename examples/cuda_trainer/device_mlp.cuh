@@ -143,9 +143,6 @@ class device_mlp {
  public:
   device_mlp(mini_trainer::mlp_shape shape, std::size_t max_batch, bool exact, cudaStream_t stream)
       : shape_(std::move(shape)), exact_(exact), max_batch_(max_batch), stream_(stream) {
-    if (shape_.dims.back() > 16) {
-      throw std::invalid_argument("the CUDA trainer supports at most 16 classes");
-    }
     const std::size_t L = shape_.layers(), P = shape_.param_count();
     params_ = device_array<float>(P);
     grads_ = device_array<float>(P);

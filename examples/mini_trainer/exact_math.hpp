@@ -90,13 +90,15 @@ MT_HD inline double softmax_xent(float* row, std::size_t k, std::size_t label, b
   *hit = arg == label;
   double sum = 0;
   if (exact) {
-    double e[16];  // k <= 16 (checked by the callers: 10 classes)
-    for (std::size_t j = 0; j < k; ++j) {
-      e[j] = exp_nonpositive(static_cast<double>(row[j]) - static_cast<double>(mx));
-      sum += e[j];
-    }
-    for (std::size_t j = 0; j < k; ++j) row[j] = static_cast<float>(e[j] / sum);
-    return log(sum) - log(e[label]);
+    // Each exponential is computed twice (for the sum, then for the probability) rather
+    // than stored: any k, no scratch, and the same bits both times.
+    auto e = [&](std::size_t j) {
+      return exp_nonpositive(static_cast<double>(row[j]) - static_cast<double>(mx));
+    };
+    for (std::size_t j = 0; j < k; ++j) sum += e(j);
+    const double e_label = e(label);
+    for (std::size_t j = 0; j < k; ++j) row[j] = static_cast<float>(e(j) / sum);
+    return log(sum) - log(e_label);
   }
   for (std::size_t j = 0; j < k; ++j) {
     row[j] = expf(row[j] - mx);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The model's math (model.hpp), compiled once and at -O2 or more whatever the level of
-// the policy instantiations that call it (-Dtrainer_optimization).
+// The model's math (model.hpp): compiled once, at -O2 or more, whatever the level of the
+// policy instantiations that call it (-Dtrainer_optimization).
 #include "model.hpp"
 
 #include <cblas.h>
