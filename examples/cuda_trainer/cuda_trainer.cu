@@ -189,20 +189,10 @@ std::string train_rank(Tr& t, const host_channel& host, const run_context& ctx,
     return gs::testing::fnv1a64(host_params.data(), P * sizeof(float));
   };
   auto replica_check = [&](const std::string& when) {
-    const std::vector<std::uint64_t> all = host.gather(params_hash());
-    std::string bad, detail;
-    for (std::size_t q = 1; q < n; ++q) {
-      if (all[q] != all[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(q);
-    }
-    if (!bad.empty()) {
-      for (std::size_t q = 0; q < n; ++q) {
-        detail += "\n  rank " + std::to_string(q) + ": weights_fnv64=" + mt::hex64(all[q]);
-      }
-      throw std::runtime_error("replica check " + when + " failed: the weights of rank(s) " + bad +
-                               " differ from rank 0's; training stopped" + detail);
-    }
+    const std::string why = mt::replica_mismatch(host.gather(params_hash()), when);
+    if (!why.empty()) throw std::runtime_error(why);
   };
-  // Copies m samples to the device and runs forward; hits and losses land in x / hit.
+  // Gathers m samples into the pinned buffers and copies them to the device.
   auto load = [&](const mt::dataset& d, const std::uint32_t* idx, std::size_t m) {
     mt::gather_batch(d, idx, m, x.get(), y.get());
     GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(net.input(), x.get(), m * pixels * sizeof(float),
@@ -231,7 +221,7 @@ std::string train_rank(Tr& t, const host_channel& host, const run_context& ctx,
   };
 
   // Buckets: runs of whole layers from the last one down, each at least --bucket-mb
-  // (the last run whatever is left); bucket_of[l] = the run that layer l closes, or -1.
+  // (the last run whatever is left); closes[l] = the run that layer l completes, or -1.
   const bool fused = cfg.fusion == "bucket";
   const std::size_t cap_bytes = static_cast<std::size_t>(std::llround(cfg.bucket_mb * 1024 * 1024));
   std::vector<long> closes(L, -1);

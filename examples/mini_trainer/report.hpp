@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace mini_trainer {
 
@@ -25,6 +26,22 @@ inline std::string final_line(std::size_t epoch, double test_acc, double loss,
                 epoch, test_acc < 0 ? 0.0 : test_acc, loss < 0 ? 0.0 : loss,
                 hex64(weights_fnv64).c_str());
   return line;
+}
+
+/// The error text of a replica check `when` ("after epoch 2", ...) from every rank's
+/// weights hash, naming the ranks that differ from rank 0 and every hash; "" when all agree.
+inline std::string replica_mismatch(const std::vector<std::uint64_t>& hashes,
+                                    const std::string& when) {
+  std::string bad, detail;
+  for (std::size_t q = 1; q < hashes.size(); ++q) {
+    if (hashes[q] != hashes[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(q);
+  }
+  if (bad.empty()) return {};
+  for (std::size_t q = 0; q < hashes.size(); ++q) {
+    detail += "\n  rank " + std::to_string(q) + ": weights_fnv64=" + hex64(hashes[q]);
+  }
+  return "replica check " + when + " failed: the weights of rank(s) " + bad +
+         " differ from rank 0's; training stopped" + detail;
 }
 
 /// "grad step=S fnv64=H": the synced gradient of global step S (--print-grad-hash).

@@ -129,21 +129,13 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
     all[2 * r] = static_cast<double>(h >> 32);
     all[2 * r + 1] = static_cast<double>(h & 0xffffffffu);
     allreduce_sum(all);
-    auto of = [&](std::size_t q) {
-      return (static_cast<std::uint64_t>(all[2 * q]) << 32) |
-             static_cast<std::uint64_t>(all[2 * q + 1]);
-    };
-    std::string bad;
-    for (std::size_t q = 1; q < n; ++q) {
-      if (of(q) != of(0)) bad += (bad.empty() ? "" : ", ") + std::to_string(q);
+    std::vector<std::uint64_t> hashes(n);
+    for (std::size_t q = 0; q < n; ++q) {
+      hashes[q] = (static_cast<std::uint64_t>(all[2 * q]) << 32) |
+                  static_cast<std::uint64_t>(all[2 * q + 1]);
     }
-    if (!bad.empty()) {
-      std::string detail;
-      for (std::size_t q = 0; q < n; ++q) {
-        detail += "\n  rank " + std::to_string(q) + ": weights_fnv64=" + hex64(of(q));
-      }
-      throw replica_error("replica check " + when + " failed: the weights of rank(s) " + bad +
-                          " differ from rank 0's; training stopped" + detail);
+    if (const std::string why = replica_mismatch(hashes, when); !why.empty()) {
+      throw replica_error(why);
     }
   };
 
