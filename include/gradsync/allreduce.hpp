@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/flight_recorder.hpp"
+#include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/core/stall.hpp"
 #include "gradsync/kernels/finite.hpp"
@@ -46,6 +48,58 @@ call_context begin_call(Tr& t, const call_options& opt, call_note note = {}) {
 }
 }  // namespace detail
 
+namespace detail {
+/// What an in-place host allreduce does around its algorithm `run`: the call-header
+/// agreement (unless the algorithm checks headers itself), the non-finite check, the
+/// flight recorder's phases and the result check. It depends on neither the algorithm
+/// nor the op, so it is compiled once per transport and element type.
+template <class Tr, class T>
+void checked_allreduce(Tr& t, std::span<T> data, reduce_op op, std::string_view algo,
+                       bool self_checked, const call_options& opt, const call_context& ctx,
+                       function_ref<void()> run) {
+  const std::uint64_t seq = ctx.seq;
+  const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
+  recorded(
+      opt, seq,
+      [&] {
+        if (!self_checked && opt.check && t.size() > 1) {
+          std::vector<call_header> table;
+          agree(t,
+                call_header::make(seq, data.size(), dtype_of<T>::value, op, algo,
+                                  finite ? call_header::finite_checked : 0),
+                ctx.until, table);
+        }
+        if (finite) {
+          agree_finite(t, find_non_finite(t, t.rank(), data.data(), data.size()), ctx.until,
+                       [](std::size_t) { return std::string("its input"); });
+        }
+        if (opt.recorder) opt.recorder->mark(seq, flight_recorder::phase::checked);
+        run();
+        if (opt.verify) verify_result(t, seq, data.data(), data.size_bytes(), ctx.until);
+      },
+      [&] { return describe_rank(t, t.rank()); });
+}
+
+/// Throws invalid_argument unless an out-of-place call's spans have the same length and
+/// are either the same or disjoint.
+inline void check_out_of_place(std::size_t rank, const void* in, std::size_t in_count,
+                               const void* out, std::size_t out_count, std::size_t elem_bytes) {
+  if (in_count != out_count) {
+    throw error(errc::invalid_argument, {rank, error_site::npos, ~std::uint64_t{0}},
+                "input has " + std::to_string(in_count) + " elements but output has " +
+                    std::to_string(out_count));
+  }
+  const auto* ib = static_cast<const std::byte*>(in);
+  const auto* ob = static_cast<const std::byte*>(out);
+  const std::size_t bytes = in_count * elem_bytes;
+  if (ib != ob && bytes && ib < ob + bytes && ob < ib + bytes) {
+    throw error(errc::invalid_argument, {rank, error_site::npos, ~std::uint64_t{0}},
+                "input and output partly overlap; pass the same span for in-place or disjoint "
+                "spans");
+  }
+}
+}  // namespace detail
+
 /// In-place allreduce of `data` across the ranks of `t` with algorithm A. Every rank
 /// ends with bitwise-identical contents. Throws gradsync::error (timeout, peer_lost,
 /// mismatch, invalid_argument, transport) instead of hanging; with opt.verify the ranks
@@ -58,7 +112,6 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
                 "non-const elements (or use the overload with a separate output span)");
   const call_context ctx = detail::begin_call(
       t, opt, {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}});
-  const std::uint64_t seq = ctx.seq;
   // Algorithms that compare call headers in their own first exchange (algo::direct_*)
   // declare `checks_headers = true` (or `checks_headers_on<Tr>`) and skip this round trip.
   constexpr bool checks_always = requires {
@@ -67,28 +120,8 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   constexpr bool checks_on_tr = requires {
     requires A::template checks_headers_on<Tr>;
   };
-  constexpr bool self_checked = checks_always || checks_on_tr;
-  using E = std::remove_const_t<T>;
-  const bool finite = kernels::can_be_non_finite_v<E> && opt.check_finite;
-  detail::recorded(
-      opt, seq,
-      [&] {
-        if (!self_checked && opt.check && t.size() > 1) {
-          std::vector<call_header> table;
-          agree(t,
-                call_header::make(seq, data.size(), dtype_of<T>::value, Op::id, A::name,
-                                  finite ? call_header::finite_checked : 0),
-                ctx.until, table);
-        }
-        if (finite) {
-          agree_finite(t, find_non_finite(t, t.rank(), data.data(), data.size()), ctx.until,
-                       [](std::size_t) { return std::string("its input"); });
-        }
-        if (opt.recorder) opt.recorder->mark(seq, flight_recorder::phase::checked);
-        A::run(t, data, op, ctx);
-        if (opt.verify) verify_result(t, seq, data.data(), data.size_bytes(), ctx.until);
-      },
-      [&] { return describe_rank(t, t.rank()); });
+  detail::checked_allreduce(t, data, Op::id, A::name, checks_always || checks_on_tr, opt, ctx,
+                            [&] { A::run(t, data, op, ctx); });
 }
 
 /// Out-of-place allreduce: `out` receives the reduction of every rank's `in`; `in` is
@@ -97,20 +130,8 @@ template <class A, class Tr, class TIn, class T, class Op>
 requires std::is_same_v<std::remove_const_t<TIn>, T>
 void allreduce(Tr& t, std::span<TIn> in, std::span<T> out, Op op, const call_options& opt = {}) {
   check_composition<A, Tr, T, Op>();
-  if (in.size() != out.size()) {
-    throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
-                "input has " + std::to_string(in.size()) + " elements but output has " +
-                    std::to_string(out.size()));
-  }
-  const auto* ib = reinterpret_cast<const std::byte*>(in.data());
-  const auto* ob = reinterpret_cast<const std::byte*>(out.data());
-  const std::size_t bytes = in.size_bytes();
-  if (ib != ob && bytes && ib < ob + bytes && ob < ib + bytes) {
-    throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
-                "input and output partly overlap; pass the same span for in-place or disjoint "
-                "spans");
-  }
-  t.executor().copy(out.data(), in.data(), bytes);
+  detail::check_out_of_place(t.rank(), in.data(), in.size(), out.data(), out.size(), sizeof(T));
+  t.executor().copy(out.data(), in.data(), in.size_bytes());
   allreduce<A>(t, out, op, opt);
 }
 

@@ -17,6 +17,7 @@
 #include <exception>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
@@ -88,10 +89,26 @@ std::size_t count_differing(const T* a, const T* b, std::size_t count) {
   return d;
 }
 
+/// One allreduce on rank t: in place on `io` when `in` is empty, else out of place.
+template <class T>
+using call_fn = void (*)(gs::transport::local& t, std::span<const T> in, std::span<T> io,
+                         const gs::call_options& opt);
+
+template <class A, class Op, class T>
+void call(gs::transport::local& t, std::span<const T> in, std::span<T> io,
+          const gs::call_options& opt) {
+  if (in.data()) {
+    gs::allreduce<A>(t, in, io, Op{}, opt);
+  } else {
+    gs::allreduce<A>(t, io, Op{}, opt);
+  }
+}
+
 /// Runs one allreduce case on n threads and checks every rank's result.
-template <class A, class T, class Op>
-void run_case(fixture<T>& f, std::size_t n, std::size_t count, mode m, Op op) {
-  INFO("algorithm " << A::name << ", " << n << " ranks, count " << count << ", "
+template <class T>
+void run_case(fixture<T>& f, std::size_t n, std::size_t count, mode m, gs::reduce_op id,
+              std::string_view algo, call_fn<T> fn) {
+  INFO("algorithm " << algo << ", " << n << " ranks, count " << count << ", "
                     << std::string(mode_name(m)));
   const std::size_t off = m == mode::in_place_aligned ? 0 : 1;
   const gs::call_options opt{.timeout = gs::seconds_d{60}};
@@ -107,10 +124,9 @@ void run_case(fixture<T>& f, std::size_t n, std::size_t count, mode m, Op op) {
                     count * sizeof(T));
       }
       if (m == mode::out_of_place_odd) {
-        gs::allreduce<A>(t, std::span<const T>(in + 1, count), std::span<T>(io + 1, count), op,
-                         opt);
+        fn(t, std::span<const T>(in + 1, count), std::span<T>(io + 1, count), opt);
       } else {
-        gs::allreduce<A>(t, std::span<T>(io + off, count), op, opt);
+        fn(t, {}, std::span<T>(io + off, count), opt);
       }
     });
   } catch (const std::exception& e) {
@@ -119,7 +135,7 @@ void run_case(fixture<T>& f, std::size_t n, std::size_t count, mode m, Op op) {
   }
   const T* first = f.io[0].data() + off;
   if (count <= 2 * max_ranks) {
-    CHECK(gs::testing::count_wrong(std::span<const T>(first, count), Op::id, n) == 0);
+    CHECK(gs::testing::count_wrong(std::span<const T>(first, count), id, n) == 0);
   } else {
     CHECK(count_differing(first, f.expected.data(), count) == 0);
   }
@@ -136,13 +152,14 @@ void run_case(fixture<T>& f, std::size_t n, std::size_t count, mode m, Op op) {
 }
 
 template <class A, class T, class Op>
-void run_algorithm(fixture<T>& f, std::size_t n, Op op) {
+void run_algorithm(fixture<T>& f, std::size_t n, Op) {
   const std::size_t counts[] = {0, 1, n - 1, n, big_a, big_b};
+  const call_fn<T> fn = &call<A, Op, T>;
   for (std::size_t count : counts) {
     const bool big = count > 2 * max_ranks;
-    if (!big) run_case<A>(f, n, count, mode::in_place_aligned, op);
-    run_case<A>(f, n, count, mode::in_place_odd, op);
-    run_case<A>(f, n, count, mode::out_of_place_odd, op);
+    if (!big) run_case<T>(f, n, count, mode::in_place_aligned, Op::id, A::name, fn);
+    run_case<T>(f, n, count, mode::in_place_odd, Op::id, A::name, fn);
+    run_case<T>(f, n, count, mode::out_of_place_odd, Op::id, A::name, fn);
   }
 }
 
