@@ -46,6 +46,7 @@
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/flight_recorder.hpp"
+#include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/log.hpp"
 #include "gradsync/detail/batch.hpp"
 #include "gradsync/detail/bucket_runner.hpp"
@@ -67,6 +68,25 @@
 #include "gradsync/transport/two_level.hpp"
 
 namespace gradsync {
+
+namespace detail {
+/// "bucket 3 of 12: #40 'fc1.weight', #41 'fc1.bias', ... (5 tensors)" per bucket of `p`
+/// (`label(i)`: tensor i's " 'name'" or ""): how stall warnings and the flight recorder
+/// name a registered bucket.
+inline std::vector<std::string> bucket_labels(const fusion::plan& p,
+                                              function_ref<std::string(std::size_t)> label) {
+  std::vector<std::string> out;
+  for (std::size_t k = 0; k < p.buckets.size(); ++k) {
+    const auto& ts = p.buckets[k].tensors;
+    std::string l = "bucket " + std::to_string(k) + " of " + std::to_string(p.buckets.size()) + ":";
+    for (std::size_t j = 0; j < ts.size() && j < 3; ++j)
+      l += (j ? ", #" : " #") + std::to_string(ts[j]) + label(ts[j]);
+    if (ts.size() > 3) l += ", ... (" + std::to_string(ts.size()) + " tensors)";
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+}  // namespace detail
 
 /// Construction options of an allreducer.
 struct allreducer_options {
@@ -280,7 +300,8 @@ class allreducer {
       }
     });
     plan_chosen_ = runner_.choices(reg_.plan());  // the same for every step of this plan
-    bucket_labels_ = labels_of(reg_.plan());
+    bucket_labels_ =
+        detail::bucket_labels(reg_.plan(), [&](std::size_t i) { return reg_.label(i); });
     codec_state_.assign(reg_.plan().buckets.size(), nullptr);  // a new plan starts codecs afresh
     step_steps_ = table;
   }
@@ -548,22 +569,6 @@ class allreducer {
       return "tensor #" + std::to_string(i) +
              (b.registered ? reg_.label(i) : std::string(" of the list"));
     });
-  }
-
-  /// "bucket 3 of 12: #40 'fc1.weight', #41 'fc1.bias', ... (5 tensors)" per bucket: how
-  /// stall warnings and the flight recorder name a registered bucket.
-  std::vector<std::string> labels_of(const fusion::plan& p) const {
-    std::vector<std::string> out;
-    for (std::size_t k = 0; k < p.buckets.size(); ++k) {
-      const auto& ts = p.buckets[k].tensors;
-      std::string l =
-          "bucket " + std::to_string(k) + " of " + std::to_string(p.buckets.size()) + ":";
-      for (std::size_t j = 0; j < ts.size() && j < 3; ++j)
-        l += (j ? ", #" : " #") + std::to_string(ts[j]) + reg_.label(ts[j]);
-      if (ts.size() > 3) l += ", ... (" + std::to_string(ts.size()) + " tensors)";
-      out.push_back(std::move(l));
-    }
-    return out;
   }
 
   // ---- the step of registered tensors -----------------------------------------------------

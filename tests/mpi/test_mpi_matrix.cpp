@@ -73,16 +73,33 @@ bool bytes_are(const T& v, unsigned char b) {
   return std::memcmp(&v, want, sizeof(T)) == 0;
 }
 
+// One in-place (`in` unused) or out-of-place allreduce with a given algorithm and op: the
+// checks below are compiled once per element type, not per algorithm and op.
+template <class T>
+using call_fn = void (*)(gs::transport::mpi& t, bool in_place, std::span<const T> in,
+                         std::span<T> io, const gs::call_options& opt);
+
+template <class A, class Op, class T>
+void call(gs::transport::mpi& t, bool in_place, std::span<const T> in, std::span<T> io,
+          const gs::call_options& opt) {
+  if (in_place) {
+    gs::allreduce<A>(t, io, Op{}, opt);
+  } else {
+    gs::allreduce<A>(t, in, io, Op{}, opt);
+  }
+}
+
 // Cost per call at ~1M elements is dominated by the checks, so each is done once: the
 // in-place result against the exact values (count_wrong), the out-of-place result
 // against the in-place one (bitwise, memcmp), the input against a pristine copy, and one
 // FNV-1a hash of the result allgathered across ranks.
-template <class A, class T, class Op>
-void check_one(gs::transport::mpi& t, std::size_t count, Op op) {
+template <class T>
+void check_one(gs::transport::mpi& t, std::size_t count, std::string_view algo, gs::reduce_op o,
+               call_fn<T> fn) {
   const std::size_t n = t.size(), r = t.rank();
-  const std::string what = std::string(A::name) + " " +
+  const std::string what = std::string(algo) + " " +
                            std::string(gs::dtype_name(gs::dtype_of<T>::value)) + " " +
-                           std::string(gs::op_name(Op::id)) + " count " + std::to_string(count);
+                           std::string(gs::op_name(o)) + " count " + std::to_string(count);
   const gs::call_options opt{gs::seconds_d{60}, true};
   constexpr unsigned char guard = 0x5a;
   const std::size_t bytes = count * sizeof(T);
@@ -90,23 +107,23 @@ void check_one(gs::transport::mpi& t, std::size_t count, Op op) {
   std::vector<T> in(count), pristine(count), inplace(count + 2), out(count + 2);
   std::memset(static_cast<void*>(inplace.data()), guard, inplace.size() * sizeof(T));
   std::memset(static_cast<void*>(out.data()), guard, out.size() * sizeof(T));
-  gs::testing::fill_inputs(std::span<T>(in), Op::id, r, n);
+  gs::testing::fill_inputs(std::span<T>(in), o, r, n);
   if (count) std::memcpy(static_cast<void*>(pristine.data()), in.data(), bytes);
 
   // In place, starting at element 1 (an odd element offset).
   const std::span<T> ip(inplace.data() + 1, count);
   if (count) std::memcpy(static_cast<void*>(ip.data()), in.data(), bytes);
-  gs::allreduce<A>(t, ip, op, opt);
-  const std::size_t wrong_ip = gs::testing::count_wrong(std::span<const T>(ip), Op::id, n);
+  fn(t, true, {}, ip, opt);
+  const std::size_t wrong_ip = gs::testing::count_wrong(std::span<const T>(ip), o, n);
   GS_CHECK_MSG(wrong_ip == 0, what + " in place: " + std::to_string(wrong_ip) + " wrong");
   GS_CHECK_MSG(bytes_are(inplace.front(), guard) && bytes_are(inplace.back(), guard),
                what + " in place wrote outside its span");
 
   // Out of place: input at offset 0, output at offset 1; must equal the in-place result.
   const std::span<T> oo(out.data() + 1, count);
-  gs::allreduce<A>(t, std::span<const T>(in), oo, op, opt);
+  fn(t, false, std::span<const T>(in), oo, opt);
   if (count && std::memcmp(oo.data(), ip.data(), bytes) != 0) {
-    const std::size_t wrong_oo = gs::testing::count_wrong(std::span<const T>(oo), Op::id, n);
+    const std::size_t wrong_oo = gs::testing::count_wrong(std::span<const T>(oo), o, n);
     GS_CHECK_MSG(false, what + " out of place differs from in place; " + std::to_string(wrong_oo) +
                             " wrong");
   }
@@ -120,16 +137,26 @@ void check_one(gs::transport::mpi& t, std::size_t count, Op op) {
                what + ": ranks hold different bits");
 }
 
-template <class A, class T>
-void matrix_case() {
+// Every op of T (avg for floating types only) at every count, with algorithm A.
+template <class T>
+void run_counts(std::string_view algo, call_fn<T> sum, call_fn<T> prod, call_fn<T> min,
+                call_fn<T> max, call_fn<T> avg) {
   gs::transport::mpi t{MPI_COMM_WORLD};
   for (const std::size_t count : counts_for(t.size())) {
-    check_one<A, T>(t, count, gs::op::sum);
-    check_one<A, T>(t, count, gs::op::prod);
-    check_one<A, T>(t, count, gs::op::min);
-    check_one<A, T>(t, count, gs::op::max);
-    if constexpr (gs::is_floating_element_v<T>) check_one<A, T>(t, count, gs::op::avg);
+    check_one<T>(t, count, algo, gs::reduce_op::sum, sum);
+    check_one<T>(t, count, algo, gs::reduce_op::prod, prod);
+    check_one<T>(t, count, algo, gs::reduce_op::min, min);
+    check_one<T>(t, count, algo, gs::reduce_op::max, max);
+    if (avg) check_one<T>(t, count, algo, gs::reduce_op::avg, avg);
   }
+}
+
+template <class A, class T>
+void matrix_case() {
+  call_fn<T> avg = nullptr;
+  if constexpr (gs::is_floating_element_v<T>) avg = &call<A, gs::op::avg_t, T>;
+  run_counts<T>(A::name, &call<A, gs::op::sum_t, T>, &call<A, gs::op::prod_t, T>,
+                &call<A, gs::op::min_t, T>, &call<A, gs::op::max_t, T>, avg);
 }
 
 template <class A, class T>

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/detail/erased_op.hpp"
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/transport/concept.hpp"
@@ -42,23 +43,32 @@ struct halving_doubling {
   static constexpr std::size_t scratch_slot = 2;
 
   template <transport_policy Tr, class T, class Op>
-  static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
-    const std::size_t n = t.size(), r = t.rank(), count = data.size();
-    auto ex = t.executor();
+  static void run(Tr& t, std::span<T> data, Op, const call_context& ctx) {
+    run_bytes(t, reinterpret_cast<std::byte*>(data.data()), data.size(),
+              detail::erase_op_for<T, Op>(t), ctx);
+  }
+
+ private:
+  // run() on `count` elements of op.elem bytes at `base`: one instance per transport.
+  template <class Tr, class Ex>
+  static void run_bytes(Tr& t, std::byte* const base, std::size_t count,
+                        const detail::erased_op<Ex>& op, const call_context& ctx) {
+    const std::size_t n = t.size(), r = t.rank(), elem = op.elem;
+    const Ex ex = t.executor();
     if (n == 1 || count == 0) {
-      ex.finalize(data.data(), count, n, op);
+      op.finalize(ex, base, count, n);
       return;
     }
     const std::size_t p = std::bit_floor(n), rem = n - p;
     const std::size_t seg =
-        std::min(count, std::max<std::size_t>(1, tuning::segment_bytes_for<Tr>() / sizeof(T)));
+        std::min(count, std::max<std::size_t>(1, tuning::segment_bytes_for<Tr>() / elem));
     // The largest exchange: the fold's whole vector, else the first halving's half.
     const std::size_t most = rem ? count : (count + 1) / 2;
     const std::size_t k =
         tuning::inflight_segments(t, detail::segments(most, seg), tuning::hd_inflight);
-    T* const buf = static_cast<T*>(t.scratch().get(scratch_slot, k * seg * sizeof(T)));
-    T* const base = data.data();
-    exchanger<Tr, T, Op> x{t, ex, op, ctx, buf, seg, k};
+    std::byte* const buf = static_cast<std::byte*>(t.scratch().get(scratch_slot, k * seg * elem));
+    exchanger<Tr, Ex> x{t, ex, op, ctx, buf, seg, k};
+    auto at = [&](std::size_t i) { return base + i * elem; };
 
     // Fold the first 2*rem ranks pairwise.
     if (r < 2 * rem && r % 2 == 0) {
@@ -84,40 +94,41 @@ struct halving_doubling {
       const bool upper = (vr & mask) != 0;
       const detail::range keep = upper ? blocks(mid, hi) : blocks(lo, mid);
       const detail::range give = upper ? blocks(lo, mid) : blocks(mid, hi);
-      x.template run<true>(real(vr ^ mask), base + give.offset, give.count, base + keep.offset,
+      x.template run<true>(real(vr ^ mask), at(give.offset), give.count, at(keep.offset),
                            keep.count);
       (upper ? lo : hi) = mid;
     }
     const detail::range mine = blocks(vr, vr + 1);  // lo == vr here
-    ex.finalize(base + mine.offset, mine.count, n, op);
+    op.finalize(ex, at(mine.offset), mine.count, n);
 
     // Allgather: exchange aligned groups of `mask` blocks, doubling each time.
     for (std::size_t mask = 1; mask < p; mask *= 2) {
       const std::size_t pv = vr ^ mask, a = vr & ~(mask - 1), b = pv & ~(mask - 1);
       const detail::range out = blocks(a, a + mask), in = blocks(b, b + mask);
-      x.template run<false>(real(pv), base + out.offset, out.count, base + in.offset, in.count);
+      x.template run<false>(real(pv), at(out.offset), out.count, at(in.offset), in.count);
     }
     if (r < 2 * rem) x.template run<false>(r - 1, base, count, nullptr, 0);  // unfold
   }
 
- private:
   // One pairwise exchange: send `sn` elements from `src` to `peer` while receiving `rn`
   // elements from it into `dst` (Reduce: combined into dst through scratch; else copied
   // straight in). Both directions are cut into segments with at most hd_inflight of
   // each posted at a time (all of them across a network); a segment's wait only needs the peer to
   // have reached an earlier segment, so two ranks running this against each other cannot deadlock.
-  template <class Tr, class T, class Op>
+  template <class Tr, class Ex>
   struct exchanger {
     Tr& t;
-    decltype(std::declval<Tr&>().executor()) ex;
-    Op op;
+    const Ex& ex;
+    const detail::erased_op<Ex>& op;
     const call_context& ctx;
-    T* buf;
-    std::size_t seg;
-    std::size_t k;  // segments of each direction in flight (tuning::inflight_segments)
+    std::byte* buf;
+    std::size_t seg;  // elements
+    std::size_t k;    // segments of each direction in flight (tuning::inflight_segments)
 
     template <bool Reduce>
-    void run(std::size_t peer, const T* src, std::size_t sn, T* dst, std::size_t rn) {
+    void run(std::size_t peer, const std::byte* src, std::size_t sn, std::byte* dst,
+             std::size_t rn) {
+      const std::size_t elem = op.elem;
       using req_t = typename Tr::request;
       // Inside a host the window fits on the stack (no allocation per exchange of a
       // latency-bound call); across a network it can hold a whole step.
@@ -132,19 +143,20 @@ struct halving_doubling {
       const std::size_t ms = detail::segments(sn, seg), mr = detail::segments(rn, seg);
       auto rlen = [&](std::size_t j) { return std::min(seg, rn - j * seg); };
       auto post_recv = [&](std::size_t j) {
-        T* into = Reduce ? buf + (j % k) * seg : dst + j * seg;
-        rreq[j % k] = t.irecv(peer, into, rlen(j) * sizeof(T), ctx.tag);
+        std::byte* into = Reduce ? buf + (j % k) * seg * elem : dst + j * seg * elem;
+        rreq[j % k] = t.irecv(peer, into, rlen(j) * elem, ctx.tag);
       };
       auto post_send = [&](std::size_t j) {
         sreq[j % k] =
-            t.isend(peer, src + j * seg, std::min(seg, sn - j * seg) * sizeof(T), ctx.tag);
+            t.isend(peer, src + j * seg * elem, std::min(seg, sn - j * seg) * elem, ctx.tag);
       };
       for (std::size_t j = 0; j < std::min(k, mr); ++j) post_recv(j);
       for (std::size_t j = 0; j < std::min(k, ms); ++j) post_send(j);
       for (std::size_t j = 0; j < std::max(ms, mr); ++j) {
         if (j < mr) {
           t.wait(rreq[j % k], ctx.until);
-          if constexpr (Reduce) ex.reduce_into(dst + j * seg, buf + (j % k) * seg, rlen(j), op);
+          if constexpr (Reduce)
+            op.reduce_into(ex, dst + j * seg * elem, buf + (j % k) * seg * elem, rlen(j));
           if (j + k < mr) post_recv(j + k);
         }
         if (j < ms) {

@@ -134,9 +134,9 @@ struct hierarchical {
       return run_pipelined<InterAlgo, level_op>(t, in, out, data, op, opt, in_c, out_c, pieces,
                                                 phase, in_seq, out_seq, until);
     }
-    detail::ring_pass<In, T> pass(in, data, in_c);
+    detail::ring_pass<In> pass(in, data, in_c);
     const auto r0 = clock::now();
-    pass.reduce_scatter(level_op{}, 0, false);
+    pass.reduce_scatter(detail::erase_op_for<T, level_op>(in), 0, false);
     const auto r1 = clock::now();
     const detail::range mine = pass.owned();
     const std::span<T> shard = data.subspan(mine.offset, mine.count);
@@ -166,7 +166,7 @@ struct hierarchical {
                             Phase& phase, std::uint64_t in_seq, std::uint64_t out_seq,
                             deadline until) {
     using clock = std::chrono::steady_clock;
-    std::vector<detail::ring_pass<In, T>> passes;
+    std::vector<detail::ring_pass<In>> passes;
     passes.reserve(pieces);
     std::vector<std::span<T>> shards(pieces);
     clock::time_point i0{}, i1{};
@@ -192,7 +192,7 @@ struct hierarchical {
       const detail::range p = detail::part(data.size(), pieces, i);
       const std::span<T> piece = data.subspan(p.offset, p.count);
       passes.emplace_back(in, piece, in_c);
-      passes.back().reduce_scatter(LevelOp{}, 0, false);
+      passes.back().reduce_scatter(detail::erase_op_for<T, LevelOp>(in), 0, false);
       t.set_node_wait(0);  // no longer held up inside the node (set by its waits)
       const detail::range mine = passes.back().owned();
       shards[i] = piece.subspan(mine.offset, mine.count);

@@ -42,8 +42,8 @@ struct reduce_scatter_ring {
     for (std::size_t c = 0; c < n; ++c) {
       std::memcpy(work + c * m, in.data() + ((c + n - 1) % n) * m, m * sizeof(T));
     }
-    detail::ring_pass<Tr, T> pass(t, std::span<T>(work, n * m), ctx);
-    pass.reduce_scatter(op, n, /*forward=*/false);
+    detail::ring_pass<Tr> pass(t, std::span<T>(work, n * m), ctx);
+    pass.reduce_scatter(detail::erase_op_for<T, Op>(t), n, /*forward=*/false);
     pass.finish();
     std::memcpy(out.data(), work + ((t.rank() + 1) % n) * m, m * sizeof(T));
     return (n - 1) * m * sizeof(T);

@@ -37,8 +37,8 @@ struct ring {
     // x 1 rank, 1 Gbit/s, 64 MiB: 742-774 ms against 614; Open MPI 585-587 against
     // 578-589; docs/cluster.md).
     const bool forward = !(n == 2 && tuning::crosses_network(t));
-    detail::ring_pass<Tr, T> pass(t, data, ctx);
-    pass.reduce_scatter(op, n, forward);
+    detail::ring_pass<Tr> pass(t, data, ctx);
+    pass.reduce_scatter(detail::erase_op_for<T, Op>(t), n, forward);
     pass.allgather();
     pass.finish();
   }

@@ -20,6 +20,7 @@
 
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/detail/btree.hpp"
+#include "gradsync/algo/detail/erased_op.hpp"
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/transport/concept.hpp"
@@ -52,11 +53,20 @@ struct tree {
   // receive (rendezvous). Per pair of ranks and step there is at most one message per
   // tree, posted tree A first on both sides, so FIFO matching on one tag is exact.
   template <transport_policy Tr, class T, class Op>
-  static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
-    const std::size_t n = t.size(), r = t.rank(), count = data.size();
-    auto ex = t.executor();
+  static void run(Tr& t, std::span<T> data, Op, const call_context& ctx) {
+    run_bytes(t, reinterpret_cast<std::byte*>(data.data()), data.size(),
+              detail::erase_op_for<T, Op>(t), ctx);
+  }
+
+ private:
+  // run() on `count` elements of op.elem bytes at `base`: one instance per transport.
+  template <class Tr, class Ex>
+  static void run_bytes(Tr& t, std::byte* const base, std::size_t count,
+                        const detail::erased_op<Ex>& op, const call_context& ctx) {
+    const std::size_t n = t.size(), r = t.rank(), elem = op.elem;
+    const Ex ex = t.executor();
     if (n == 1 || count == 0) {
-      ex.finalize(data.data(), count, n, op);
+      op.finalize(ex, base, count, n);
       return;
     }
     using req_t = typename Tr::request;
@@ -64,9 +74,8 @@ struct tree {
     constexpr std::size_t none = detail::tree_node::none;
     const std::size_t half_max = detail::part(count, 2, 0).count;
     const std::size_t seg =
-        std::min(half_max, std::max<std::size_t>(1, tuning::segment_bytes / sizeof(T)));
-    T* const buf = static_cast<T*>(t.scratch().get(scratch_slot, 8 * seg * sizeof(T)));
-    T* const base = data.data();
+        std::min(half_max, std::max<std::size_t>(1, tuning::segment_bytes / elem));
+    std::byte* const buf = static_cast<std::byte*>(t.scratch().get(scratch_slot, 8 * seg * elem));
 
     struct lane {
       detail::tree_node node;
@@ -98,12 +107,12 @@ struct tree {
       j = static_cast<std::size_t>(s - first);
       return true;
     };
-    auto ptr = [&](const lane& l, std::size_t j) { return base + l.offset + j * seg; };
+    auto ptr = [&](const lane& l, std::size_t j) { return base + (l.offset + j * seg) * elem; };
     auto bytes = [&](const lane& l, std::size_t j) {
-      return std::min(seg, l.count - j * seg) * sizeof(T);
+      return std::min(seg, l.count - j * seg) * elem;
     };
     auto slot = [&](std::size_t w, std::size_t c, std::size_t j) {
-      return buf + ((w * 2 + c) * 2 + j % 2) * seg;
+      return buf + ((w * 2 + c) * 2 + j % 2) * seg * elem;
     };
 
     for (std::size_t step = 0; step < steps; ++step) {
@@ -132,14 +141,14 @@ struct tree {
       for (std::size_t w = 0; w < 2; ++w) {
         lane& l = lanes[w];
         if (seg_at(l, s, l.up0, j)) {
-          T* dst = ptr(l, j);
-          const std::size_t len = bytes(l, j) / sizeof(T);
+          std::byte* dst = ptr(l, j);
+          const std::size_t len = bytes(l, j) / elem;
           for (std::size_t c = 0; c < l.node.children; ++c) {
             t.wait(l.up_recv[c][j % 2], ctx.until);
-            ex.reduce_into(dst, slot(w, c, j), len, op);
+            op.reduce_into(ex, dst, slot(w, c, j), len);
           }
           if (l.node.parent == none) {
-            ex.finalize(dst, len, n, op);
+            op.finalize(ex, dst, len, n);
             for (std::size_t c = 0; c < l.node.children; ++c) {
               l.down_send[c] = t.isend(l.node.child[c], dst, bytes(l, j), ctx.tag);
             }

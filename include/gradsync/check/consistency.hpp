@@ -17,6 +17,7 @@
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/transport/allgather.hpp"
 #include "gradsync/transport/concept.hpp"
@@ -98,30 +99,27 @@ struct same_rank {
   std::size_t operator()(std::size_t q) const { return q; }
 };
 
-/// Exchanges `mine` with every rank and throws errc::mismatch (on every rank) if any
-/// rank's header differs from rank 0's. `table` is reused scratch of n headers.
-/// `rank_of` maps a rank of `t` to the rank messages name (a two_level's global rank);
-/// `collective` names the call in the message.
-template <transport_policy T, class RankOf = same_rank>
-void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& table,
-           RankOf rank_of = {}, std::string_view collective = "allreduce") {
-  const std::size_t n = t.size(), r = t.rank();
-  table.resize(n);
-  table[0] = mine;  // table[i] holds rank (r + i) % n
-  detail::bruck_allgather(t, table, consistency_tag(mine.seq), d);
+namespace detail {
+/// Throws errc::mismatch (naming ranks by `rank_of`) if any header of `table` (table[i]:
+/// rank (r + i) % n, as bruck_allgather leaves it) differs from rank 0's. Not a template
+/// over the transport: the message is built once per program.
+inline void check_agreement(const std::vector<call_header>& table, std::size_t r,
+                            const call_header& mine, function_ref<std::size_t(std::size_t)> rank_of,
+                            std::string_view collective) {
+  const std::size_t n = table.size();
   // Compare everyone against rank 0 (at table index (n - r) % n).
   const call_header& ref = table[(n - r) % n];
   std::string diffs;
   std::size_t ndiff = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t rank_i = (r + i) % n;
-    const std::string what = detail::first_difference(ref, table[i]);
+    const std::string what = first_difference(ref, table[i]);
     if (!what.empty()) {
       if (ndiff++ < 8) {
         const std::string who = "rank " + std::to_string(rank_of(rank_i));
         const std::string first = "rank " + std::to_string(rank_of(0));
         diffs += "\n  " + who + " differs from " + first + " in " + what + " [" + first + ": " +
-                 detail::describe(ref) + "; " + who + ": " + detail::describe(table[i]) + "]";
+                 describe(ref) + "; " + who + ": " + describe(table[i]) + "]";
       }
     }
   }
@@ -131,6 +129,20 @@ void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& 
                     std::to_string(ndiff) + " rank(s) differ from rank " +
                     std::to_string(rank_of(0)) + "):" + diffs);
   }
+}
+}  // namespace detail
+
+/// Exchanges `mine` with every rank and throws errc::mismatch (on every rank) if any
+/// rank's header differs from rank 0's. `table` is reused scratch of n headers.
+/// `rank_of` maps a rank of `t` to the rank messages name (a two_level's global rank);
+/// `collective` names the call in the message.
+template <transport_policy T, class RankOf = same_rank>
+void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& table,
+           RankOf rank_of = {}, std::string_view collective = "allreduce") {
+  table.resize(t.size());
+  table[0] = mine;  // table[i] holds rank (r + i) % n
+  detail::bruck_allgather(t, table, consistency_tag(mine.seq), d);
+  detail::check_agreement(table, t.rank(), mine, rank_of, collective);
 }
 
 /// agree() for one call, when opt.check asks for it and there are peers.

@@ -17,6 +17,7 @@
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/core/function_ref.hpp"
 #include "gradsync/kernels/finite.hpp"
 #include "gradsync/transport/allgather.hpp"
 #include "gradsync/transport/concept.hpp"
@@ -79,9 +80,8 @@ finite_finding gather_first(Tr& t, const finite_finding& mine, deadline d) {
 
 /// Throws the finding as errc::non_finite on this rank. `tensor_name(i)`: how the
 /// call names tensor i ("tensor #3 ('fc1.weight')"; a one-buffer call: "its input").
-template <class TensorName>
-[[noreturn]] void throw_finding(const finite_finding& f, const error_site& site,
-                                TensorName&& tensor_name) {
+[[noreturn]] inline void throw_finding(const finite_finding& f, const error_site& site,
+                                       detail::function_ref<std::string(std::size_t)> tensor_name) {
   std::string m = "non-finite input: " + std::string(f.who) + " has " + f.value + " in " +
                   tensor_name(static_cast<std::size_t>(f.tensor)) + " at element " +
                   std::to_string(f.index);
@@ -94,8 +94,9 @@ template <class TensorName>
 
 /// Shares this rank's finding `mine` over t and throws errc::non_finite on every rank
 /// when any rank found a NaN or Inf (the first rank's is named). Collective.
-template <transport_policy Tr, class TensorName>
-void agree_finite(Tr& t, const finite_finding& mine, deadline d, TensorName&& tensor_name) {
+template <transport_policy Tr>
+void agree_finite(Tr& t, const finite_finding& mine, deadline d,
+                  detail::function_ref<std::string(std::size_t)> tensor_name) {
   const finite_finding first = detail::gather_first(t, mine, d);
   if (first.found()) {
     detail::throw_finding(first, {static_cast<std::size_t>(mine.rank), error_site::npos},
@@ -105,9 +106,10 @@ void agree_finite(Tr& t, const finite_finding& mine, deadline d, TensorName&& te
 
 /// The same over two levels, its messages moved by `in` and `out` (t.intra() and
 /// t.inter(), or wrappers around them): the node's first finding, then the job's.
-template <class Intra, class Inter, class In, class Out, class TensorName>
+template <class Intra, class Inter, class In, class Out>
 void agree_finite(transport::two_level<Intra, Inter>& t, In& in, Out& out,
-                  const finite_finding& mine, deadline d, TensorName&& tensor_name) {
+                  const finite_finding& mine, deadline d,
+                  detail::function_ref<std::string(std::size_t)> tensor_name) {
   const finite_finding node = detail::gather_first(in, mine, d);
   const finite_finding first = detail::gather_first(out, node, d);
   if (first.found()) detail::throw_finding(first, {t.rank(), error_site::npos}, tensor_name);

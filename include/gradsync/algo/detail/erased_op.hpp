@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// An element type and reduction op reduced to what an algorithm's schedule needs: the
+// element's size and the executor's two reductions behind function pointers. The
+// schedules of ring, tree and halving_doubling run on bytes with it, so each is compiled
+// once per transport instead of once per (element type, op): most of the cost of a
+// translation unit that instantiates several (docs/build-time.md). The reduction loops
+// themselves stay typed; one indirect call per segment is all the erasure costs.
+#pragma once
+
+#include <cstddef>
+
+namespace gradsync::algo::detail {
+
+/// What executor type Ex does for one element type and op.
+template <class Ex>
+struct erased_op {
+  std::size_t elem;  ///< bytes per element
+  /// dst[i] = combine(dst[i], src[i]) for n elements.
+  void (*reduce_into)(const Ex& ex, std::byte* dst, const std::byte* src, std::size_t n);
+  /// The op's final step (avg: divide by `ranks`) on n elements in place.
+  void (*finalize)(const Ex& ex, std::byte* data, std::size_t n, std::size_t ranks);
+};
+
+/// erased_op for element type T and op Op on executor type Ex.
+template <class Ex, class T, class Op>
+erased_op<Ex> erase_op() {
+  return {sizeof(T),
+          [](const Ex& ex, std::byte* dst, const std::byte* src, std::size_t n) {
+            ex.reduce_into(reinterpret_cast<T*>(dst), reinterpret_cast<const T*>(src), n, Op{});
+          },
+          [](const Ex& ex, std::byte* data, std::size_t n, std::size_t ranks) {
+            ex.finalize(reinterpret_cast<T*>(data), n, ranks, Op{});
+          }};
+}
+
+/// erased_op for T and Op on the executor of transport t.
+template <class T, class Op, class Tr>
+auto erase_op_for(const Tr& t) {
+  return erase_op<decltype(t.executor()), T, Op>();
+}
+
+}  // namespace gradsync::algo::detail
