@@ -80,23 +80,19 @@ void checked_allreduce(Tr& t, std::span<T> data, reduce_op op, std::string_view 
       [&] { return describe_rank(t, t.rank()); });
 }
 
-/// Throws invalid_argument unless an out-of-place call's spans have the same length and
-/// are either the same or disjoint.
-inline void check_out_of_place(std::size_t rank, const void* in, std::size_t in_count,
-                               const void* out, std::size_t out_count, std::size_t elem_bytes) {
+/// The invalid_argument of an out-of-place call whose spans differ in length (or, of the
+/// same length, partly overlap). The checks stay in the caller, where the compiler sees
+/// that the copy after them only runs on valid spans.
+[[noreturn]] inline void throw_out_of_place(std::size_t rank, std::size_t in_count,
+                                            std::size_t out_count) {
   if (in_count != out_count) {
     throw error(errc::invalid_argument, {rank, error_site::npos, ~std::uint64_t{0}},
                 "input has " + std::to_string(in_count) + " elements but output has " +
                     std::to_string(out_count));
   }
-  const auto* ib = static_cast<const std::byte*>(in);
-  const auto* ob = static_cast<const std::byte*>(out);
-  const std::size_t bytes = in_count * elem_bytes;
-  if (ib != ob && bytes && ib < ob + bytes && ob < ib + bytes) {
-    throw error(errc::invalid_argument, {rank, error_site::npos, ~std::uint64_t{0}},
-                "input and output partly overlap; pass the same span for in-place or disjoint "
-                "spans");
-  }
+  throw error(errc::invalid_argument, {rank, error_site::npos, ~std::uint64_t{0}},
+              "input and output partly overlap; pass the same span for in-place or disjoint "
+              "spans");
 }
 }  // namespace detail
 
@@ -130,7 +126,12 @@ template <class A, class Tr, class TIn, class T, class Op>
 requires std::is_same_v<std::remove_const_t<TIn>, T>
 void allreduce(Tr& t, std::span<TIn> in, std::span<T> out, Op op, const call_options& opt = {}) {
   check_composition<A, Tr, T, Op>();
-  detail::check_out_of_place(t.rank(), in.data(), in.size(), out.data(), out.size(), sizeof(T));
+  const auto* ib = reinterpret_cast<const std::byte*>(in.data());
+  const auto* ob = reinterpret_cast<const std::byte*>(out.data());
+  const std::size_t bytes = in.size_bytes();
+  if (in.size() != out.size() || (ib != ob && bytes && ib < ob + bytes && ob < ib + bytes)) {
+    detail::throw_out_of_place(t.rank(), in.size(), out.size());
+  }
   t.executor().copy(out.data(), in.data(), in.size_bytes());
   allreduce<A>(t, out, op, opt);
 }

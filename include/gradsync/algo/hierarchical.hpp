@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/detail/erased_op.hpp"
 #include "gradsync/algo/detail/inter_worker.hpp"
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/detail/ring_pass.hpp"
@@ -38,6 +39,7 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/flight_recorder.hpp"
+#include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/core/stall.hpp"
 #include "gradsync/kernels/finite.hpp"
@@ -92,14 +94,22 @@ struct hierarchical {
   }
 
  private:
-  /// run_on's body, its calls numbered in_seq (node level) and out_seq (across nodes).
+  using clock = std::chrono::steady_clock;
+  /// Reports one phase (name, begin, end) to run_observed's observer.
+  using phase_fn =
+      gradsync::detail::function_ref<void(std::string_view, clock::time_point, clock::time_point)>;
+  /// InterAlgo's allreduce of `count` elements at `p` across the nodes.
+  using inter_fn =
+      gradsync::detail::function_ref<void(std::byte* p, std::size_t count, const call_context&)>;
+  template <class In>
+  using op_on = detail::erased_op<typename detail::ring_pass<In>::executor_t>;
+
+  /// run_on's body, its calls numbered in_seq (node level) and out_seq (across nodes): the
+  /// checks that need T and Op, then run_bytes.
   template <class Intra, class Inter, class In, class Out, class T, class Op, class Phase>
   static void run_levels(transport::two_level<Intra, Inter>& t, In& in, Out& out, std::span<T> data,
-                         Op op, const call_options& opt, Phase& phase, deadline until,
+                         Op, const call_options& opt, Phase& phase, deadline until,
                          std::uint64_t in_seq, std::uint64_t out_seq) {
-    using clock = std::chrono::steady_clock;
-    const call_context in_c{until, in_seq, data_tag(in_seq)};
-    const call_context out_c{until, out_seq, data_tag(out_seq)};
     const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
     if (opt.check) {
       check_arguments<T, Op>(t, in, out, data.size(), in_seq, out_seq, until,
@@ -117,31 +127,52 @@ struct hierarchical {
     if (opt.recorder) opt.recorder->mark(in_seq, flight_recorder::phase::checked);
     // op::avg: sums at both levels, one division by the whole group on the shard's owner.
     using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
+    run_bytes(
+        t, in, out, reinterpret_cast<std::byte*>(data.data()), data.size(),
+        detail::erase_op_for<T, level_op>(in), detail::erase_op_for<T, Op>(in),
+        [&](std::byte* p, std::size_t count, const call_context& out_c) {
+          InterAlgo::run(out, std::span<T>(reinterpret_cast<T*>(p), count), level_op{}, out_c);
+        },
+        opt, phase, until, in_seq, out_seq);
+  }
+
+  /// The three phases on `count` elements of level.elem bytes at `base`: `level` reduces
+  /// inside the node, `inter` across the nodes, final_op finalizes (avg divides by the
+  /// whole group). One instance per pair of levels, whatever the element type and op.
+  template <class Intra, class Inter, class In, class Out>
+  static void run_bytes(transport::two_level<Intra, Inter>& t, In& in, Out& out, std::byte* base,
+                        std::size_t count, const op_on<In>& level, const op_on<In>& final_op,
+                        inter_fn inter, const call_options& opt, phase_fn phase, deadline until,
+                        std::uint64_t in_seq, std::uint64_t out_seq) {
+    const call_context in_c{until, in_seq, data_tag(in_seq)};
+    const call_context out_c{until, out_seq, data_tag(out_seq)};
+    const std::size_t elem = level.elem;
+    const auto ex = in.executor();
     const std::size_t local = in.size();
-    if (local == 1 || data.empty()) {
+    if (local == 1 || count == 0) {
       const auto i0 = clock::now();
-      InterAlgo::run(out, data, level_op{}, out_c);
-      in.executor().finalize(data.data(), data.size(), t.size(), op);
+      inter(base, count, out_c);
+      final_op.finalize(ex, base, count, t.size());
       phase("inter_allreduce", i0, clock::now());
       if (opt.verify) {
-        gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, data.data(),
-                                            data.size_bytes(), until, "allreduce");
+        gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, base, count * elem, until,
+                                            "allreduce");
       }
       return;
     }
-    const std::size_t pieces = tuning::hierarchical_pieces(data.size_bytes(), t.pipelines());
+    const std::size_t pieces = tuning::hierarchical_pieces(count * elem, t.pipelines());
     if (pieces > 1) {
-      return run_pipelined<InterAlgo, level_op>(t, in, out, data, op, opt, in_c, out_c, pieces,
-                                                phase, in_seq, out_seq, until);
+      return run_pipelined(t, in, out, base, count, level, final_op, inter, opt, in_c, out_c,
+                           pieces, phase, in_seq, out_seq, until);
     }
-    detail::ring_pass<In> pass(in, data, in_c);
+    detail::ring_pass<In> pass(in, base, count, elem, in_c);
     const auto r0 = clock::now();
-    pass.reduce_scatter(detail::erase_op_for<T, level_op>(in), 0, false);
+    pass.reduce_scatter(level, 0, false);
     const auto r1 = clock::now();
     const detail::range mine = pass.owned();
-    const std::span<T> shard = data.subspan(mine.offset, mine.count);
-    InterAlgo::run(out, shard, level_op{}, out_c);
-    in.executor().finalize(shard.data(), shard.size(), t.size(), op);
+    std::byte* const shard = base + mine.offset * elem;
+    inter(shard, mine.count, out_c);
+    final_op.finalize(ex, shard, mine.count, t.size());
     const auto i1 = clock::now();
     pass.allgather();
     pass.finish();
@@ -150,25 +181,25 @@ struct hierarchical {
     phase("inter_allreduce", r1, i1);
     phase("intra_allgather", i1, g1);
     if (opt.verify)
-      gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, data.data(),
-                                          data.size_bytes(), until, "allreduce");
+      gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, base, count * elem, until,
+                                          "allreduce");
   }
 
-  /// run_observed over `pieces` pieces of the vector: the node's reduce-scatter of piece
+  /// run_bytes over `pieces` pieces of the vector: the node's reduce-scatter of piece
   /// i+1 runs while a helper thread (detail/inter_worker.hpp) allreduces piece i's shard
   /// across the nodes, and each piece is allgathered in the node once its shard is back,
   /// so the network is busy from the first piece's shard to the last's.
-  template <class X, class LevelOp, class Intra, class Inter, class In, class Out, class T,
-            class Op, class Phase>
+  template <class Intra, class Inter, class In, class Out>
   static void run_pipelined(transport::two_level<Intra, Inter>& t, In& in, Out& out,
-                            std::span<T> data, Op op, const call_options& opt,
+                            std::byte* base, std::size_t count, const op_on<In>& level,
+                            const op_on<In>& final_op, inter_fn inter, const call_options& opt,
                             const call_context& in_c, const call_context& out_c, std::size_t pieces,
-                            Phase& phase, std::uint64_t in_seq, std::uint64_t out_seq,
+                            phase_fn phase, std::uint64_t in_seq, std::uint64_t out_seq,
                             deadline until) {
-    using clock = std::chrono::steady_clock;
+    const std::size_t elem = level.elem;
     std::vector<detail::ring_pass<In>> passes;
     passes.reserve(pieces);
-    std::vector<std::span<T>> shards(pieces);
+    std::vector<detail::range> shards(pieces);  // element ranges of the whole vector
     clock::time_point i0{}, i1{};
     // The helper alone calls Inter while it lives; idle, it serves the stall queries.
     t.pause_serving(true);
@@ -179,8 +210,9 @@ struct hierarchical {
     detail::inter_worker worker(
         [&](std::size_t i) {
           if (i == 0) i0 = clock::now();
-          X::run(out, shards[i], LevelOp{}, out_c);
-          in.executor().finalize(shards[i].data(), shards[i].size(), t.size(), op);
+          std::byte* const p = base + shards[i].offset * elem;
+          inter(p, shards[i].count, out_c);
+          final_op.finalize(in.executor(), p, shards[i].count, t.size());
           if (i + 1 == pieces) i1 = clock::now();
         },
         [&] {
@@ -189,13 +221,12 @@ struct hierarchical {
         });
     const auto r0 = clock::now();
     for (std::size_t i = 0; i < pieces; ++i) {
-      const detail::range p = detail::part(data.size(), pieces, i);
-      const std::span<T> piece = data.subspan(p.offset, p.count);
-      passes.emplace_back(in, piece, in_c);
-      passes.back().reduce_scatter(detail::erase_op_for<T, LevelOp>(in), 0, false);
+      const detail::range p = detail::part(count, pieces, i);
+      passes.emplace_back(in, base + p.offset * elem, p.count, elem, in_c);
+      passes.back().reduce_scatter(level, 0, false);
       t.set_node_wait(0);  // no longer held up inside the node (set by its waits)
       const detail::range mine = passes.back().owned();
-      shards[i] = piece.subspan(mine.offset, mine.count);
+      shards[i] = {p.offset + mine.offset, mine.count};
       worker.ready(i);
     }
     const auto r1 = clock::now();
@@ -209,8 +240,8 @@ struct hierarchical {
     phase("inter_allreduce", i0, i1);
     phase("intra_allgather", i1, g1);
     if (opt.verify)
-      gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, data.data(),
-                                          data.size_bytes(), until, "allreduce");
+      gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, base, count * elem, until,
+                                          "allreduce");
   }
 
   /// The header's algorithm field: "hier<" + InterAlgo's name + ">" (a different

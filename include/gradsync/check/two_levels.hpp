@@ -16,6 +16,7 @@
 
 #include "gradsync/check/consistency.hpp"
 #include "gradsync/check/verify.hpp"
+#include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/kernels/hash.hpp"
 #include "gradsync/transport/two_level.hpp"
@@ -58,10 +59,11 @@ inline constexpr std::string_view poisoned_name = "node-mismatch";
 /// `out` are the transports the call runs on inside the node and across it (t.intra() and
 /// t.inter(), or wrappers of them), numbered in_seq and out_seq; make(seq, algo_name)
 /// builds this rank's header; `collective` names the call in the messages.
-template <class Intra, class Inter, class In, class Out, class Make>
+template <class Intra, class Inter, class In, class Out>
 void agree_two_levels(transport::two_level<Intra, Inter>& t, In& in, Out& out, std::uint64_t in_seq,
                       std::uint64_t out_seq, deadline until, std::string_view algo_name,
-                      Make&& make, std::string_view collective) {
+                      function_ref<call_header(std::uint64_t, std::string_view)> make,
+                      std::string_view collective) {
   std::vector<call_header> table;
   check_two_levels(
       t, errc::mismatch,

@@ -13,6 +13,7 @@
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/flight_recorder.hpp"
+#include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/stall.hpp"
 #include "gradsync/transport/two_level.hpp"
 
@@ -24,9 +25,11 @@ namespace gradsync::transport::detail {
 /// `inside` and `across` its two levels in stall warnings (string literals: the watches
 /// keep them). A timeout whose cause the other level knows (a rank lost there) is
 /// rethrown as peer_lost quoting it.
-template <class Intra, class Inter, class In, class Out, class Body>
-void two_level_call(two_level<Intra, Inter>& t, In& in, Out& out, const call_options& opt,
-                    call_note note, std::string_view inside, std::string_view across, Body&& body) {
+template <class Intra, class Inter, class In, class Out>
+void two_level_call(
+    two_level<Intra, Inter>& t, In& in, Out& out, const call_options& opt, call_note note,
+    std::string_view inside, std::string_view across,
+    gradsync::detail::function_ref<void(const call_context&, const call_context&)> body) {
   const deadline until = opt.make_deadline();
   const std::uint64_t in_seq = in.next_seq(), out_seq = out.next_seq();
   note.label = opt.label;
