@@ -14,15 +14,21 @@ namespace gradsync::detail {
 template <class Signature>
 class function_ref;
 
+/// A callable F that a function_ref of Self (returning R from Args) can refer to: not
+/// another Self (copies stay copies).
+template <class F, class Self, class R, class... Args>
+concept ref_target =
+    !std::is_same_v<std::remove_cvref_t<F>, Self> && std::is_invocable_r_v<R, F&, Args...>;
+
 /// Calls a callable it does not own; the callable must outlive the reference (pass a
 /// lambda as an argument, do not store the reference).
 template <class R, class... Args>
 class function_ref<R(Args...)> {
  public:
-  template <class F>
-  requires(!std::is_same_v<std::remove_cvref_t<F>, function_ref> &&
-           std::is_invocable_r_v<R, F&, Args...>) function_ref(F&& f)
-  noexcept  // NOLINT: implicit, so that a lambda converts at the call
+  /// Refers to f. Implicit, so that a lambda converts where it is passed.
+  template <ref_target<function_ref, R, Args...> F>
+  // NOLINTNEXTLINE(bugprone-forwarding-reference-overload): ref_target excludes function_ref
+  function_ref(F&& f) noexcept
       : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
         call_([](void* o, Args... a) -> R {
           return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(a)...);
