@@ -18,7 +18,8 @@ LAYERS = [
     ('algo',),
     ('fusion', 'compress'),
     ('observe',),
-    ('detail', 'allreduce.hpp', 'allgather.hpp', 'broadcast.hpp', 'reduce_scatter.hpp'),
+    ('detail', 'allreduce.hpp', 'allgather.hpp', 'broadcast.hpp', 'reduce_scatter.hpp',
+     'allreducer_options.hpp'),
     ('allreducer.hpp',),
     ('gradsync.hpp',),
 ]

@@ -14,6 +14,7 @@
 
 #include "gradsync/core/async.hpp"
 #include "gradsync/core/dtype.hpp"
+#include "gradsync/detail/bucket_step.hpp"
 #include "gradsync/fusion/arena.hpp"
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/kernels/finite.hpp"
@@ -21,7 +22,6 @@
 
 namespace gradsync::detail {
 
-template <class StepTable>  ///< the element-type steps (bucket_runner::step_table)
 struct batch {
   const fusion::plan* plan = nullptr;
   fusion::plan own_plan;                     // grouped calls: their own plan
@@ -31,8 +31,8 @@ struct batch {
   std::shared_ptr<fusion::arena> staging;  // grouped calls: borrowed from the pool
   bool packed = true;       // false: the tensors live in the layout (zero-copy arena)
   bool registered = false;  // the registered plan's step: codecs keep state per bucket
-  StepTable steps{};
-  std::shared_ptr<completion> done;  // what the operation's handles wait on
+  bucket_runner_base::step_table steps{};  // the element-type steps
+  std::shared_ptr<completion> done;        // what the operation's handles wait on
   std::atomic<std::size_t> jobs_left{0};
   observe::call_stats stats;
   std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();

@@ -4,7 +4,7 @@
 // timeline; over a two_level both levels), or, for a type the compression policy codes,
 // its codec moving the bucket through a channel (compress/concept.hpp). One step per
 // element type, chosen at run time from a table that holds only the types the allreducer
-// was built for.
+// was built for. The rest of the allreducer sees it as a bucket_runner_base.
 #pragma once
 
 #include <algorithm>
@@ -28,6 +28,7 @@
 #include "gradsync/compress/concept.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/detail/bucket_step.hpp"
 #include "gradsync/detail/staging_pool.hpp"
 #include "gradsync/fusion/arena.hpp"
 #include "gradsync/fusion/plan.hpp"
@@ -38,40 +39,27 @@
 
 namespace gradsync::detail {
 
-template <class Transport, class Algorithm, class Compression>
-class bucket_runner {
+/// One bucket's collective for a composition of policies.
+template <class Transport,    ///< the allreducer's transport (or two_level)
+          class Algorithm,    ///< its algorithm
+          class Compression>  ///< its compression policy
+class bucket_runner final : public bucket_runner_base {
   using steady = std::chrono::steady_clock;
 
  public:
-  /// Reduces `count` elements at `data` of the slot's element type; `state`: the codec's
-  /// home for this bucket (null: fresh state), `parts`: the bucket's tensors.
-  using step = void (bucket_runner::*)(void* data, std::size_t count, std::shared_ptr<void>* state,
-                                       std::span<const compress::tensor_part> parts,
-                                       observe::track tr, observe::call_stats& acc);
-  using step_table = std::array<step, 8>;  // indexed by dtype; null: not built
+  bucket_runner(Transport& t, const call_options& opt, observe::timeline& tl, staging_pool& pool)
+      : bucket_runner_base(opt, tl), t_(t), pool_(pool) {}
 
-  /// The collectives run with `opt`, but for check_finite: the allreducer checks a
-  /// bucket's tensors itself (in its pack pass) and calls agree_finite.
-  bucket_runner(Transport& t, const call_options& opt, observe::timeline& tl,
-                staging_pool<Transport>& pool)
-      : t_(t), opt_(without_finite(opt)), tl_(tl), pool_(pool) {}
-
-  /// Shares this rank's finding with every rank (check/finite.hpp); errc::non_finite on
-  /// every rank when any found a NaN or Inf. `name(i)` names tensor i.
-  template <class Name>
-  void agree_finite(const finite_finding& mine, Name&& name) {
+  void agree_finite(const finite_finding& mine,
+                    function_ref<std::string(std::size_t)> name) override {
     if constexpr (transport::is_two_level_v<Transport>) {
       gradsync::agree_finite(t_, t_.intra(), t_.inter(), mine, opt_.make_deadline(), name);
     } else {
       gradsync::agree_finite(t_, mine, opt_.make_deadline(), name);
     }
   }
-  /// Names the bucket the next run() is for, in stall warnings and the flight recorder
-  /// (the text must outlive the run).
-  void set_label(std::string_view label) { opt_.label = label; }
 
-  /// How this rank names itself in those findings.
-  std::string describe_self() const {
+  std::string describe_self() const override {
     if constexpr (transport::is_two_level_v<Transport>) {
       return t_.describe_self();
     } else {
@@ -91,74 +79,37 @@ class bucket_runner {
     return r;
   }
 
-  /// Why a table built for `Types` and op `op` has no step for `d`: " and ..." text that
-  /// follows "tensor #i is <type>".
-  template <class Types>
-  static std::string refusal(dtype d, reduce_op op) {
-    if (d == dtype::i8) return int8_refusal();
-    if (!Types::holds(d)) {
-      return " and commit() was given element_types without it (add " + std::string(dtype_name(d)) +
-             "'s type to the list, or call commit(op))";
-    }
-    return " and op::" + std::string(op_name(op)) + " needs a floating-point type";
-  }
-  static std::string int8_refusal() {
-    return ": the allreducer does not reduce int8 tensors (int8_t is compress::int8's wire "
-           "type; the free gradsync::allreduce takes them)";
-  }
-
-  /// Runs `table`'s step for `type`.
-  void run(const step_table& table, dtype type, void* data, std::size_t count,
-           std::shared_ptr<void>* state, std::span<const compress::tensor_part> parts,
-           observe::track tr, observe::call_stats& acc) {
-    (this->*table[static_cast<std::size_t>(type)])(data, count, state, parts, tr, acc);
-  }
-
   /// "direct_one_shot x1, direct_two_shot x4" when Algorithm chooses per bucket (it has
   /// choice<Tr>(bytes, n), as algo::auto_select), else empty.
-  std::string choices(const fusion::plan& p) const {
+  std::string choices(const fusion::plan& p) const override {
     if constexpr (requires {
                     Algorithm::template choice<Transport>(std::size_t{}, std::size_t{});
                   }) {
-      std::vector<std::pair<std::string_view, std::size_t>> counts;
-      for (const auto& k : p.buckets) {
-        const std::string_view c = Algorithm::template choice<Transport>(
-            k.bytes(), t_.size(), algo::tuning::crosses_network(t_));
-        auto it = std::find_if(counts.begin(), counts.end(), [&](auto& e) { return e.first == c; });
-        if (it == counts.end()) {
-          counts.emplace_back(c, 1);
-        } else {
-          ++it->second;
-        }
-      }
-      std::string out;
-      for (const auto& [name, count] : counts) {
-        if (!out.empty()) out += ", ";
-        out += std::string(name) + " x" + std::to_string(count);
-      }
-      return out;
+      const bool net = algo::tuning::crosses_network(t_);
+      return count_choices(p, [&](std::size_t bytes) {
+        return Algorithm::template choice<Transport>(bytes, t_.size(), net);
+      });
     } else {
       (void)p;
       return {};
     }
   }
 
-  /// A timeline event whose arguments (a JSON object body from `args()`) are only built
-  /// when the timeline is on.
-  template <class Args>
-  void event(std::string_view name, observe::track tr, steady::time_point begin,
-             steady::time_point end, Args&& args) {
-    if (tl_.enabled()) tl_.complete(name, tr, begin, end, args());
-  }
-
  private:
   template <class T, class Op>
   static constexpr step pick() {
     if constexpr (Op::id != reduce_op::avg || is_floating_element_v<T>) {
-      return &bucket_runner::run_typed<T, Op>;
+      return &bucket_runner::step_of<T, Op>;
     } else {
       return nullptr;
     }
+  }
+
+  template <class T, class Op>
+  static void step_of(bucket_runner_base& self, void* data, std::size_t count,
+                      std::shared_ptr<void>* state, std::span<const compress::tensor_part> parts,
+                      observe::track tr, observe::call_stats& acc) {
+    static_cast<bucket_runner&>(self).template run_typed<T, Op>(data, count, state, parts, tr, acc);
   }
 
   /// What a codec moves its bucket through (compress/concept.hpp: channel): the
@@ -296,11 +247,6 @@ class bucket_runner {
     }
   }
 
-  static call_options without_finite(call_options o) {
-    o.check_finite = false;
-    return o;
-  }
-
   /// Bytes a rank sends in a ring allreduce of `bytes` over n ranks, 2(n-1)/n of them: the
   /// model for collectives whose messages gradsync does not see.
   static std::size_t ring_wire_bytes(std::size_t bytes, std::size_t n) {
@@ -308,9 +254,7 @@ class bucket_runner {
   }
 
   Transport& t_;
-  call_options opt_;  // label: the bucket being run (set_label)
-  observe::timeline& tl_;
-  staging_pool<Transport>& pool_;
+  staging_pool& pool_;
 };
 
 }  // namespace gradsync::detail

@@ -3,7 +3,8 @@
 // buckets into one, a codec takes its scratch from them, and each goes back to the pool
 // when its batch (or codec run) ends, so a steady training loop stops allocating after
 // its first steps. Placed like the registered arena: in the transport's heap when it has
-// one with room (detail/arena_placement.hpp).
+// one with room (detail/arena_placement.hpp). Not a template: the transport is kept
+// behind one function pointer, so every allreducer of a program shares this code.
 #pragma once
 
 #include <algorithm>
@@ -17,11 +18,21 @@
 
 namespace gradsync::detail {
 
-/// Staging arenas over transport Tr's memory; acquire and release from any thread.
-template <class Tr>
+/// Staging arenas over a transport's memory; acquire and release from any thread.
 class staging_pool {
  public:
-  explicit staging_pool(Tr& t) : t_(t) {}
+  /// Places an arena of at least `bytes` over the transport at `transport`.
+  using place_fn = void (*)(void* transport, fusion::arena& a, std::size_t bytes);
+  /// place_arena over a transport of type Tr.
+  template <class Tr>
+  static place_fn placer() {
+    return [](void* t, fusion::arena& a, std::size_t bytes) {
+      place_arena(*static_cast<Tr*>(t), a, bytes);
+    };
+  }
+
+  /// Arenas placed by `place` over the transport at `t`, which must outlive the pool.
+  staging_pool(void* t, place_fn place) : t_(t), place_(place) {}
   staging_pool(const staging_pool&) = delete;
   staging_pool& operator=(const staging_pool&) = delete;
 
@@ -40,7 +51,7 @@ class staging_pool {
       }
     }
     if (!a) a = std::make_shared<fusion::arena>();
-    if (a->size() < bytes) place_arena(t_, *a, bytes);
+    if (a->size() < bytes) place_(t_, *a, bytes);
     return a;
   }
   /// Gives `a` back for the next acquire().
@@ -50,7 +61,8 @@ class staging_pool {
   }
 
  private:
-  Tr& t_;
+  void* t_;         // the transport
+  place_fn place_;  // place_arena over it
   std::mutex m_;
   std::vector<std::shared_ptr<fusion::arena>> pool_;
 };

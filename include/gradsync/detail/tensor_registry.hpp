@@ -2,7 +2,8 @@
 // The tensors registered with an allreducer and what commit() makes of them: their
 // descriptions and memory, the bucket plan every rank agreed on (fusion/plan_check.hpp),
 // the arena the plan lays buckets out in (zero-copy home, or staging of packed buckets),
-// and each bucket's tensors as a compression codec sees them.
+// and each bucket's tensors as a compression codec sees them. Not a template over the
+// fusion policy (its parameters are values), so every allreducer shares this code.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/log.hpp"
 #include "gradsync/detail/arena_placement.hpp"
 #include "gradsync/fusion/arena.hpp"
@@ -28,26 +30,27 @@
 
 namespace gradsync::detail {
 
-/// Registration and the committed plan, for fusion policy Fusion.
-template <class Fusion>  ///< the allreducer's fusion policy (fusion_policy)
+/// Registration and the committed plan, for a fusion policy given as values.
 class tensor_registry {
  public:
-  static constexpr bool zero_copy = fusion::is_zero_copy_v<Fusion>;
-
-  /// `bucket_bytes`: 0 for the Fusion policy's caps, else this cap (and the policy's
+  /// `bucket_bytes`: 0 for the fusion policy's caps, else this cap (and the policy's
   /// rule for the first bucket, fusion::default_first_bucket).
-  tensor_registry(std::size_t rank, std::size_t bucket_bytes)
+  tensor_registry(std::size_t rank, fusion::policy_values fusion, std::size_t bucket_bytes)
       : rank_(rank),
-        bucket_bytes_(bucket_bytes ? bucket_bytes : Fusion::bucket_bytes),
+        fusion_(fusion),
+        bucket_bytes_(bucket_bytes ? bucket_bytes : fusion.bucket_bytes),
         first_bucket_bytes_(bucket_bytes ? fusion::default_first_bucket(bucket_bytes)
-                                         : Fusion::first_bucket_bytes) {
-    if (bucket_bytes && !fusion::is_fused_v<Fusion>) {
+                                         : fusion.first_bucket_bytes) {
+    if (bucket_bytes && !fusion.fused()) {
       throw error(errc::invalid_argument, site(),
                   "allreducer_options::bucket_bytes = " + std::to_string(bucket_bytes) +
                       " needs a fusing policy (fusion::bucket<Bytes> or zero_copy<Bytes>); " +
-                      std::string(Fusion::name) + " fuses nothing (leave it 0)");
+                      std::string(fusion.name) + " fuses nothing (leave it 0)");
     }
   }
+
+  /// True when the tensors live in the arena (fusion::zero_copy).
+  bool zero_copy() const { return fusion_.zero_copy(); }
 
   /// Registers one tensor (null data with zero-copy: the arena's, after commit).
   std::size_t add(const tensor_ref& r, std::string name, matrix_shape shape = {}) {
@@ -55,7 +58,7 @@ class tensor_registry {
       throw error(errc::invalid_argument, site(),
                   "add() after commit(): register every tensor before committing the plan");
     }
-    if (!zero_copy && !r.data && r.count) {
+    if (!zero_copy() && !r.data && r.count) {
       throw error(
           errc::invalid_argument, site(),
           "tensor #" + std::to_string(descs_.size()) + " has a null pointer and a non-zero count");
@@ -75,31 +78,18 @@ class tensor_registry {
   /// `accept(i)` refuse tensor i by throwing (the element types the allreducer was not
   /// built for), then lays out the arena. Committed only when all of that succeeded;
   /// `op` names the reduction in the log.
-  template <class Tr, class Accept>
-  void commit(Tr& t, deadline d, std::string_view op, Accept&& accept) {
+  template <class Tr>
+  void commit(Tr& t, deadline d, std::string_view op, function_ref<void(std::size_t)> accept) {
     if (committed_) throw error(errc::invalid_argument, site(), "commit() called twice");
-    plan_ = fusion::make_plan(descs_, bucket_bytes_, first_bucket_bytes_, Fusion::order,
-                              Fusion::storage);
+    plan_ = fusion::make_plan(descs_, bucket_bytes_, first_bucket_bytes_, fusion_.order,
+                              fusion_.storage);
     fusion::check_plan(t, std::span<const fusion::tensor_desc>(descs_), plan_, d);
     for (std::size_t i = 0; i < descs_.size(); ++i) accept(i);
     const bool need_layout =
-        zero_copy || std::any_of(plan_.buckets.begin(), plan_.buckets.end(),
-                                 [](const auto& b) { return b.tensors.size() > 1; });
+        zero_copy() || std::any_of(plan_.buckets.begin(), plan_.buckets.end(),
+                                   [](const auto& b) { return b.tensors.size() > 1; });
     if (need_layout) place_arena(t, arena_, plan_.layout_bytes);
-    if constexpr (zero_copy) {
-      for (std::size_t i = 0; i < descs_.size(); ++i)
-        ptrs_[i] = arena_.data() + plan_.tensor_offset[i];
-    }
-    parts_.assign(plan_.buckets.size(), {});
-    for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
-      const auto& k = plan_.buckets[b];
-      for (std::size_t i : k.tensors) {
-        const std::size_t es = dtype_size(descs_[i].type);
-        parts_[b].push_back({(plan_.tensor_offset[i] - k.offset) / es, descs_[i].count,
-                             descs_[i].shape.rows, descs_[i].shape.cols});
-      }
-    }
-    committed_ = true;
+    lay_out();
     log_plan(op);
   }
 
@@ -151,8 +141,27 @@ class tensor_registry {
  private:
   error_site site() const { return {rank_, error_site::npos, ~std::uint64_t{0}}; }
 
+  /// After the plan is agreed and the arena placed: zero-copy tensors' homes in it, and
+  /// each bucket's parts; the registry is then committed.
+  void lay_out() {
+    if (zero_copy()) {
+      for (std::size_t i = 0; i < descs_.size(); ++i)
+        ptrs_[i] = arena_.data() + plan_.tensor_offset[i];
+    }
+    parts_.assign(plan_.buckets.size(), {});
+    for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
+      const auto& k = plan_.buckets[b];
+      for (std::size_t i : k.tensors) {
+        const std::size_t es = dtype_size(descs_[i].type);
+        parts_[b].push_back({(plan_.tensor_offset[i] - k.offset) / es, descs_[i].count,
+                             descs_[i].shape.rows, descs_[i].shape.cols});
+      }
+    }
+    committed_ = true;
+  }
+
   void log_plan(std::string_view op) const {
-    log(log_level::info, rank_, "bucket plan (%s, op %s): %s", std::string(Fusion::name).c_str(),
+    log(log_level::info, rank_, "bucket plan (%s, op %s): %s", std::string(fusion_.name).c_str(),
         std::string(op).c_str(), plan_.describe().c_str());
     if (!log_enabled(log_level::debug)) return;
     for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
@@ -168,6 +177,7 @@ class tensor_registry {
   }
 
   std::size_t rank_;
+  fusion::policy_values fusion_;
   std::size_t bucket_bytes_, first_bucket_bytes_;  // the plan's caps
   std::vector<fusion::tensor_desc> descs_;
   std::vector<void*> ptrs_;  // registered tensors' memory (the arena's, in zero-copy mode)

@@ -40,4 +40,21 @@ inline constexpr bool is_fused_v = F::bucket_bytes > 0;
 template <class F>
 inline constexpr bool is_zero_copy_v = F::storage == storage::arena;
 
+/// A fusion policy's parameters as values, for the parts of the allreducer that are
+/// compiled once for every policy (detail/tensor_registry.hpp).
+struct policy_values {
+  std::string_view name;
+  std::size_t bucket_bytes = 0, first_bucket_bytes = 0;
+  fusion::storage storage = storage::packed;
+  fusion::order order = order::reverse;
+  bool fused() const { return bucket_bytes > 0; }               ///< is_fused_v
+  bool zero_copy() const { return storage == storage::arena; }  ///< is_zero_copy_v
+};
+
+/// F's parameters as values.
+template <fusion_policy F>
+constexpr policy_values values_of() {
+  return {F::name, F::bucket_bytes, F::first_bucket_bytes, F::storage, F::order};
+}
+
 }  // namespace gradsync::fusion

@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the allreducer's shared part (allreducer_core) asks of the policy-typed part that
+// runs a bucket's collective (bucket_runner<Transport, Algorithm, Compression>): a table
+// of steps by element type, plain function pointers, and four virtual calls. So the
+// code that orders buckets, packs them and keeps statistics is compiled once per
+// program instead of once per composition of policies.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gradsync/check/finite.hpp"
+#include "gradsync/compress/concept.hpp"
+#include "gradsync/core/call.hpp"
+#include "gradsync/core/dtype.hpp"
+#include "gradsync/core/function_ref.hpp"
+#include "gradsync/core/op.hpp"
+#include "gradsync/fusion/plan.hpp"
+#include "gradsync/observe/stats.hpp"
+#include "gradsync/observe/timeline.hpp"
+
+namespace gradsync::detail {
+
+class bucket_runner_base {
+ public:
+  /// Reduces `count` elements at `data` of the slot's element type; `state`: the codec's
+  /// home for this bucket (null: fresh state), `parts`: the bucket's tensors.
+  using step = void (*)(bucket_runner_base& self, void* data, std::size_t count,
+                        std::shared_ptr<void>* state, std::span<const compress::tensor_part> parts,
+                        observe::track tr, observe::call_stats& acc);
+  using step_table = std::array<step, 8>;  // indexed by dtype; null: not built
+
+  bucket_runner_base(const bucket_runner_base&) = delete;
+  bucket_runner_base& operator=(const bucket_runner_base&) = delete;
+
+  /// Runs `table`'s step for `type`.
+  void run(const step_table& table, dtype type, void* data, std::size_t count,
+           std::shared_ptr<void>* state, std::span<const compress::tensor_part> parts,
+           observe::track tr, observe::call_stats& acc) {
+    table[static_cast<std::size_t>(type)](*this, data, count, state, parts, tr, acc);
+  }
+
+  /// Names the bucket the next run() is for, in stall warnings and the flight recorder
+  /// (the text must outlive the run).
+  void set_label(std::string_view label) { opt_.label = label; }
+
+  /// A timeline event whose arguments (a JSON object body from `args()`) are only built
+  /// when the timeline is on.
+  template <class Args>
+  void event(std::string_view name, observe::track tr, std::chrono::steady_clock::time_point begin,
+             std::chrono::steady_clock::time_point end, Args&& args) {
+    if (tl_.enabled()) tl_.complete(name, tr, begin, end, args());
+  }
+
+  /// Shares this rank's finding with every rank (check/finite.hpp); errc::non_finite on
+  /// every rank when any found a NaN or Inf. `name(i)` names tensor i.
+  virtual void agree_finite(const finite_finding& mine,
+                            function_ref<std::string(std::size_t)> name) = 0;
+  /// How this rank names itself in those findings.
+  virtual std::string describe_self() const = 0;
+  /// "direct_one_shot x1, direct_two_shot x4" when the algorithm chooses per bucket (as
+  /// algo::auto_select), else empty.
+  virtual std::string choices(const fusion::plan& p) const = 0;
+
+  /// Why a table built for op `op` has no step for `d` (`listed`: whether the element
+  /// types it was built for hold d): " and ..." text that follows "tensor #i is <type>".
+  static std::string refusal(dtype d, reduce_op op, bool listed) {
+    if (d == dtype::i8) return int8_refusal();
+    if (!listed) {
+      return " and commit() was given element_types without it (add " + std::string(dtype_name(d)) +
+             "'s type to the list, or call commit(op))";
+    }
+    return " and op::" + std::string(op_name(op)) + " needs a floating-point type";
+  }
+  static std::string int8_refusal() {
+    return ": the allreducer does not reduce int8 tensors (int8_t is compress::int8's wire "
+           "type; the free gradsync::allreduce takes them)";
+  }
+
+ protected:
+  /// The collectives run with `opt`, but for check_finite: the allreducer checks a
+  /// bucket's tensors itself (in its pack pass) and calls agree_finite.
+  bucket_runner_base(const call_options& opt, observe::timeline& tl)
+      : opt_(without_finite(opt)), tl_(tl) {}
+  ~bucket_runner_base() = default;
+
+  /// "direct_one_shot x1, direct_two_shot x4": how many buckets of `p` get each name
+  /// `choice(bytes)` gives, in the order they first appear.
+  static std::string count_choices(const fusion::plan& p,
+                                   function_ref<std::string_view(std::size_t)> choice) {
+    std::vector<std::pair<std::string_view, std::size_t>> counts;
+    for (const auto& k : p.buckets) {
+      const std::string_view c = choice(k.bytes());
+      auto it = std::find_if(counts.begin(), counts.end(), [&](auto& e) { return e.first == c; });
+      if (it == counts.end()) {
+        counts.emplace_back(c, 1);
+      } else {
+        ++it->second;
+      }
+    }
+    std::string out;
+    for (const auto& [name, count] : counts) {
+      if (!out.empty()) out += ", ";
+      out += std::string(name) + " x" + std::to_string(count);
+    }
+    return out;
+  }
+
+  call_options opt_;  // label: the bucket being run (set_label)
+  observe::timeline& tl_;
+
+ private:
+  static call_options without_finite(call_options o) {
+    o.check_finite = false;
+    return o;
+  }
+};
+
+}  // namespace gradsync::detail
