@@ -14,14 +14,17 @@
 //   }
 //
 // Every rank that hits the error ends by itself, so a partitioned job ends too: the
-// ranks on each side of the cut time out (GRADSYNC_TIMEOUT) and exit.
+// ranks on each side of the cut time out (GRADSYNC_TIMEOUT) and exit. finalize_job ends
+// a good run: every rank calls it instead of MPI_Finalize.
 #pragma once
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 namespace gradsync::transport {
@@ -46,26 +49,58 @@ namespace gradsync::transport {
   std::_Exit(code);
 }
 
-/// MPI_Finalize, then returns `rc`; if MPI_Finalize has not returned after `grace`,
-/// says so on stderr and exits with `rc`. MPICH 4.0 over UCX 1.13's TCP transport
-/// sometimes never returns from it across hosts: a rank still closing its connections
-/// waits for a peer that already sits in the launcher's final barrier (raw MPI programs
-/// too, about 1 run in 10 in the virtual cluster; openucx/ucx#8738). The launcher may
-/// then report the job as failed although every rank finished: the note tells why.
-/// A healthy MPI_Finalize takes well under a second: 10 s is ample, and bounds what a
-/// hung one adds to a job (it was 30 s; the cluster tests waited that out in most MPICH jobs).
-inline int finalize_job(int rc, std::chrono::milliseconds grace = std::chrono::seconds(10)) {
+/// MPI_Finalize, then returns `rc`, within a bounded time. The ranks first meet in a
+/// barrier on MPI_COMM_WORLD; if some rank has not arrived after `grace`, this one says so
+/// on stderr and exits with `rc`. Past the barrier every rank has finished, and
+/// MPI_Finalize gets `after_barrier` before this rank exits with `rc` and a note. MPICH
+/// before 4.2 over UCX's TCP transport hangs there across hosts in most jobs whose ranks
+/// talked across the link: a rank still closing its connections waits for a peer that
+/// already sits in the launcher's final barrier (pmodels/mpich#6596). The launcher may then
+/// report the job as failed although every rank finished: the note tells why. A healthy
+/// MPI_Finalize after a barrier takes milliseconds (0.01-0.04 s across simulated hosts).
+inline int finalize_job(int rc, std::chrono::milliseconds grace = std::chrono::seconds(10),
+                        std::chrono::milliseconds after_barrier = std::chrono::seconds(3)) {
+  using clock = std::chrono::steady_clock;
   std::fflush(stdout);
   std::fflush(stderr);
-  std::thread([rc, grace] {
-    std::this_thread::sleep_for(grace);
-    std::fprintf(stderr,
-                 "[gradsync] MPI_Finalize did not return within %lld ms (every rank had "
-                 "finished); exiting with status %d\n",
-                 static_cast<long long>(grace.count()), rc);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return rc;
+  // The watchdog reads `stage` (0: in the barrier, 1: in MPI_Finalize) and when the
+  // barrier ended; shared, so that the detached thread never outlives what it reads.
+  struct state {
+    std::atomic<int> stage{0};
+    std::atomic<clock::rep> passed{0};
+  };
+  auto st = std::make_shared<state>();
+  const auto start = clock::now();
+  std::thread([st, rc, grace, after_barrier, start] {
+    for (;;) {
+      const auto now = clock::now();
+      if (st->stage.load() == 0 && now - start >= grace) {
+        std::fprintf(stderr,
+                     "[gradsync] not every rank reached the end of the job within %lld ms "
+                     "(MPI_Barrier before MPI_Finalize); exiting with status %d\n",
+                     static_cast<long long>(grace.count()), rc);
+        break;
+      }
+      if (st->stage.load() == 1 &&
+          now - clock::time_point(clock::duration(st->passed.load())) >= after_barrier) {
+        std::fprintf(stderr,
+                     "[gradsync] MPI_Finalize did not return within %lld ms (every rank had "
+                     "finished); exiting with status %d\n",
+                     static_cast<long long>(after_barrier.count()), rc);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     std::fflush(stderr);
     std::_Exit(rc);
   }).detach();
+  MPI_Barrier(MPI_COMM_WORLD);
+  st->passed.store(clock::now().time_since_epoch().count());
+  st->stage.store(1);
   MPI_Finalize();
   return rc;
 }
