@@ -19,9 +19,18 @@ units=(tests/core/test_algorithm_list.cpp tests/shm/test_shm_faults.cpp
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cd "$root" || exit 1
-export tidy build out
+# The compile database without the test programs' GCC precompiled header (-Dtest_pch,
+# tests/meson.build): clang cannot read a .gch, and each unit includes what it uses.
+python3 - "$build/compile_commands.json" "$out/compile_commands.json" <<'PY' || exit 1
+import json, re, sys
+db = json.load(open(sys.argv[1]))
+for e in db:
+    e["command"] = re.sub(r" -include \S*test_pch_O\d\.hpp| -fpch-deps", "", e["command"])
+json.dump(db, open(sys.argv[2], "w"))
+PY
+export tidy out
 printf '%s\n' "${units[@]}" | xargs -P 2 -I{} sh -c \
-  'f={}; if "$tidy" -p "$build" --quiet "$f" >"$out/$(echo "$f" | tr / _).log" 2>&1;
+  'f={}; if "$tidy" -p "$out" --quiet "$f" >"$out/$(echo "$f" | tr / _).log" 2>&1;
    then echo "ok $f"; else echo "FAIL $f"; fi' >"$out/result"
 bad=0
 while read -r status f; do
