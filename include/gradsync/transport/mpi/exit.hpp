@@ -20,6 +20,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -67,26 +68,22 @@ inline int finalize_job(int rc, std::chrono::milliseconds grace = std::chrono::s
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (!initialized || finalized) return rc;
-  // The watchdog reads `stage` (0: in the barrier, 1: in MPI_Finalize) and when the
-  // barrier ended; shared, so that the detached thread never outlives what it reads.
-  struct state {
-    std::atomic<int> stage{0};
-    std::atomic<clock::rep> passed{0};
-  };
-  auto st = std::make_shared<state>();
+  // When the barrier ended (0: not yet), for the watchdog; shared, so that the detached
+  // thread never outlives what it reads.
+  auto passed = std::make_shared<std::atomic<clock::rep>>(0);
   const auto start = clock::now();
-  std::thread([st, rc, grace, after_barrier, start] {
+  std::thread([passed, rc, grace, after_barrier, start] {
     for (;;) {
       const auto now = clock::now();
-      if (st->stage.load() == 0 && now - start >= grace) {
+      const clock::rep at = passed->load();
+      if (at == 0 && now - start >= grace) {
         std::fprintf(stderr,
                      "[gradsync] not every rank reached the end of the job within %lld ms "
                      "(MPI_Barrier before MPI_Finalize); exiting with status %d\n",
                      static_cast<long long>(grace.count()), rc);
         break;
       }
-      if (st->stage.load() == 1 &&
-          now - clock::time_point(clock::duration(st->passed.load())) >= after_barrier) {
+      if (at != 0 && now - clock::time_point(clock::duration(at)) >= after_barrier) {
         std::fprintf(stderr,
                      "[gradsync] MPI_Finalize did not return within %lld ms (every rank had "
                      "finished); exiting with status %d\n",
@@ -99,8 +96,7 @@ inline int finalize_job(int rc, std::chrono::milliseconds grace = std::chrono::s
     std::_Exit(rc);
   }).detach();
   MPI_Barrier(MPI_COMM_WORLD);
-  st->passed.store(clock::now().time_since_epoch().count());
-  st->stage.store(1);
+  passed->store(std::max<clock::rep>(1, clock::now().time_since_epoch().count()));
   MPI_Finalize();
   return rc;
 }
