@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The headers most test programs include, precompiled once per optimisation level and
-// force-included into them when configured with -Dtest_pch=true (tests/meson.build).
+// force-included into them when configured with -Dtest_pch=auto (tests/meson.build).
 // Only headers whose meaning no test's own macros change (not mpi.h: one per MPI), and
 // none that defines objects (not doctest.h: its test-suite registration). No
 // include guard: it is only ever the first header of a unit.
