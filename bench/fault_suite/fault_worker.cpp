@@ -11,7 +11,9 @@
 // "delayed call=<n>" and every rank ends normally after the planned calls.
 // An MPI rank waits `linger` seconds after its error before abort_job, so that every
 // rank records its own error before the launcher, told by the first abort, kills them
-// (the suite checks each survivor's; 1 s when not given).
+// (the suite checks each survivor's; 1 s when not given). A rank whose process exits
+// without either (inside the MPI library, say) writes "exited during the loop" from an
+// atexit handler, so that a failed trial tells such an exit from a signal.
 //   fault_worker shm|mpi|two_level OUT_DIR [elements] [seconds_between_calls] [linger]
 #include <mpi.h>
 #include <unistd.h>
@@ -44,6 +46,15 @@ double unix_now() {  // wall clock: the suite compares it with when it injected 
 
 struct recorder {
   std::string file;
+  /// The recorder of this process's loop while it runs, for on_exit (null otherwise).
+  static const recorder*& active() {
+    static const recorder* r = nullptr;
+    return r;
+  }
+  static void on_exit() {
+    if (const recorder* r = active())
+      r->line("exited during the loop (exit() without a gradsync error)");
+  }
   void line(const std::string& s) const { std::ofstream(file, std::ios::app) << s << "\n"; }
   void error(const gs::error& e, std::size_t calls) const {
     char when[64];
@@ -89,9 +100,14 @@ template <class Run>
 std::size_t loop(const recorder& rec, double pause, std::size_t rank, std::span<float> data,
                  Run&& run) {
   const fault_plan plan = fault_plan::from_env();
+  recorder::active() = &rec;
+  std::atexit(recorder::on_exit);
   std::size_t calls = 0;
   for (;; ++calls) {
-    if (calls == plan.calls) return calls;
+    if (calls == plan.calls) {
+      recorder::active() = nullptr;
+      return calls;
+    }
     if (rank == plan.delay_rank && calls == plan.delay_call) {
       rec.line("delayed call=" + std::to_string(calls));
       std::this_thread::sleep_for(std::chrono::duration<double>(plan.seconds));
@@ -135,6 +151,7 @@ int main(int argc, char** argv) {
       });
       return 0;
     } catch (const gs::error& e) {
+      recorder::active() = nullptr;
       rec.error(e, calls);
       std::fprintf(stderr, "fault_worker: %s\n", e.what());
       return 3;
@@ -167,6 +184,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 0;
   } catch (const gs::error& e) {
+    recorder::active() = nullptr;
     rec.error(e, calls);
     std::fprintf(stderr, "fault_worker: rank %d: %s\n", world, e.what());
     std::this_thread::sleep_for(std::chrono::duration<double>(linger));
