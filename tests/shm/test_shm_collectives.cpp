@@ -9,9 +9,12 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <gradsync/algo/ring.hpp>
 #include <gradsync/allgather.hpp>
+#include <gradsync/allreduce.hpp>
 #include <gradsync/broadcast.hpp>
 #include <gradsync/reduce_scatter.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
@@ -24,6 +27,10 @@ namespace gs = gradsync;
 using gs::testbed::rank_env;
 
 namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 template <class T>
 T value_of(std::size_t who, std::size_t i) {
@@ -114,4 +121,81 @@ TEST_CASE("shm collectives: 4 processes") {
 }
 TEST_CASE("shm collectives: 6 processes") {
   collectives_on(6);
+}
+
+// 6 processes split two ways at once: by parity ({0,2,4}, {1,3,5}) and into halves with
+// keys reversed ({2,1,0}, {5,4,3}). Each rank allreduces on its parity group in one thread
+// while it broadcasts on its half in another; then rank 5 stays away from the odd group
+// and 1 and 3 time out on it, naming job ranks.
+TEST_CASE("shm split: parity and halves at once, exact, errors name the job's ranks") {
+  gs::testbed::watchdog wd(100, "shm split");
+  constexpr std::size_t n = 6;
+  const auto out = gs::testbed::fork_ranks(
+      n, gs::testbed::unique_job("split"),
+      [](gs::transport::shm& t, rank_env& env) {
+        const std::size_t r = t.rank();
+        gs::transport::shm parity = t.split(static_cast<int>(r % 2), static_cast<int>(r));
+        gs::transport::shm halves = t.split(r < 3 ? 0 : 1, -static_cast<int>(r));
+        env.report("layout", 0,
+                   parity.size() * 1000 + parity.rank() * 100 + halves.size() * 10 + halves.rank());
+        std::size_t wrong = 0;
+        std::thread helper([&] {
+          for (int it = 0; it < 10; ++it) {
+            std::vector<float> v(30001);
+            gs::testing::fill_inputs(std::span<float>(v), gs::reduce_op::sum, parity.rank(), 3);
+            gs::allreduce<gs::algo::ring>(parity, std::span<float>(v), gs::op::sum);
+            wrong += gs::testing::count_wrong(std::span<const float>(v), gs::reduce_op::sum, 3);
+          }
+        });
+        std::size_t bwrong = 0;
+        const std::size_t root_job = r < 3 ? 2 : 5;  // rank 0 of each half (key -r)
+        for (int it = 0; it < 10; ++it) {
+          std::vector<std::int64_t> v(70001);
+          for (std::size_t i = 0; i < v.size(); ++i)
+            v[i] = static_cast<std::int64_t>(r == root_job ? i * 3 + root_job : 0);
+          gs::broadcast(halves, std::span<std::int64_t>(v), 0);
+          for (std::size_t i = 0; i < v.size(); ++i)
+            bwrong += v[i] != static_cast<std::int64_t>(i * 3 + root_job);
+        }
+        helper.join();
+        env.report("parity allreduce", wrong, 0);
+        env.report("halves broadcast", bwrong, 0);
+        // The original group still works next to its sub-groups.
+        std::vector<double> all(1001);
+        gs::testing::fill_inputs(std::span<double>(all), gs::reduce_op::sum, r, n);
+        gs::allreduce<gs::algo::ring>(t, std::span<double>(all), gs::op::sum);
+        env.report("first group",
+                   gs::testing::count_wrong(std::span<const double>(all), gs::reduce_op::sum, n),
+                   0);
+        if (r == 5) {  // away from the odd group until 1 and 3 have given up
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        } else if (r % 2 == 1) {
+          std::vector<float> v(10);
+          gs::allreduce<gs::algo::ring>(parity, std::span<float>(v), gs::op::sum,
+                                        {.timeout = gs::seconds_d{0.4}});
+        }
+        (void)t.split(-1, 0);  // refused
+      },
+      {.time_limit = 90, .max_records = 16, .configure = {}, .while_running = {}});
+  for (std::size_t r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CAPTURE(out[r].what);
+    REQUIRE(out[r].records.size() == 4);
+    const std::size_t half_rank = r < 3 ? 2 - r : 5 - r;
+    CHECK(out[r].records[0].hash == 3000 + (r / 2) * 100 + 30 + half_rank);
+    CHECK(out[r].records[1].wrong == 0);
+    CHECK(out[r].records[2].wrong == 0);
+    CHECK(out[r].records[3].wrong == 0);
+    if (r == 1 || r == 3) {  // failed on the odd group, naming job ranks
+      // Rank 1 times out waiting for 5; rank 3, waiting for 1, may see 1 fail first.
+      CHECK((out[r].error_code == static_cast<int>(gs::errc::timeout) ||
+             (r == 3 && out[r].error_code == static_cast<int>(gs::errc::peer_lost))));
+      CHECK(contains(out[r].what, " on rank " + std::to_string(r)));
+      CHECK(contains(out[r].what, "in a sub-group of 3 as rank " + std::to_string(r / 2)));
+    } else {
+      CHECK(out[r].error_code == static_cast<int>(gs::errc::invalid_argument));
+      CHECK(contains(out[r].what, "split color must be >= 0"));
+    }
+  }
+  CHECK(contains(out[1].what, "gradsync timeout on rank 1 (peer 5)"));
 }

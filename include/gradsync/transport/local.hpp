@@ -3,7 +3,6 @@
 // multi-device). The embedded default transport.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +19,7 @@
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/split.hpp"
 #include "gradsync/transport/local/group.hpp"
 
 namespace gradsync::transport {
@@ -85,15 +85,12 @@ class local {
                   "split color must be >= 0 (every rank joins exactly one group)");
     }
     using group_ptr = std::shared_ptr<detail::local_group>;
-    struct entry {
-      std::int64_t color, key;
-    };
     struct reply {  // the new rank and a heap copy of the group's pointer, for the receiver
       std::uint64_t rank;
       group_ptr* holder;
     };
     const std::uint32_t tag = data_tag(next_seq());
-    const entry mine{color, key};
+    const detail::split_entry mine{color, key};
     if (rank_ != 0) {  // rank 0 forms the groups
       reply got{};
       auto s = isend(0, &mine, sizeof mine, tag);
@@ -104,34 +101,30 @@ class local {
       return local(std::move(*held), static_cast<std::size_t>(got.rank));
     }
     const std::size_t n = size();
-    std::vector<entry> all(n);
+    std::vector<detail::split_entry> all(n);
     all[0] = mine;
     std::vector<request> in(n);
-    for (std::size_t q = 1; q < n; ++q) in[q] = irecv(q, &all[q], sizeof(entry), tag);
+    for (std::size_t q = 1; q < n; ++q) in[q] = irecv(q, &all[q], sizeof(detail::split_entry), tag);
     for (std::size_t q = 1; q < n; ++q) wait(in[q], d);
-    std::vector<std::size_t> order(n);
-    for (std::size_t q = 0; q < n; ++q) order[q] = q;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return all[a].color != all[b].color ? all[a].color < all[b].color : all[a].key < all[b].key;
-    });
     std::vector<reply> out(n);
+    std::vector<bool> placed(n);
     group_ptr self;
     std::size_t self_rank = 0;
-    for (std::size_t i = 0; i < n;) {  // one colour: order[i, j)
-      std::size_t j = i;
-      while (j < n && all[order[j]].color == all[order[i]].color) ++j;
-      auto g = std::make_shared<detail::local_group>(j - i);
+    for (std::size_t first = 0; first < n; ++first) {  // one group per colour
+      if (placed[first]) continue;
+      const std::vector<std::size_t> members = detail::split_members(all, all[first].color);
+      auto g = std::make_shared<detail::local_group>(members.size());
       std::vector<std::size_t> origin;
-      for (std::size_t k = i; k < j; ++k) origin.push_back(group_->origin_rank(order[k]));
+      for (std::size_t m : members) origin.push_back(group_->origin_rank(m));
       g->set_origin(std::move(origin));
-      for (std::size_t k = i; k < j; ++k) {
-        if (order[k] == 0) {
-          self = g, self_rank = k - i;
+      for (std::size_t k = 0; k < members.size(); ++k) {
+        placed[members[k]] = true;
+        if (members[k] == 0) {
+          self = g, self_rank = k;
         } else {
-          out[order[k]] = {k - i, new group_ptr(g)};
+          out[members[k]] = {k, new group_ptr(g)};
         }
       }
-      i = j;
     }
     for (std::size_t q = 1; q < n; ++q) in[q] = isend(q, &out[q], sizeof(reply), tag);
     for (std::size_t q = 1; q < n; ++q) wait(in[q], d);

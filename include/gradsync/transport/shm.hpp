@@ -37,6 +37,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -54,18 +55,21 @@
 #include <vector>
 
 #include "gradsync/core/abort.hpp"
+#include "gradsync/core/call.hpp"
 #include "gradsync/core/stall.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/log.hpp"
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
+#include "gradsync/transport/allgather.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/shm/heap.hpp"
 #include "gradsync/transport/shm/launch.hpp"
 #include "gradsync/transport/shm/p2p.hpp"
 #include "gradsync/transport/shm/segment.hpp"
 #include "gradsync/transport/shm/wait.hpp"
+#include "gradsync/transport/split.hpp"
 
 namespace gradsync::transport {
 
@@ -135,7 +139,8 @@ class shm_state {
         heap_(seg_.layout().geo.heap_bytes),
         spin_(spin_budget::for_group(o.size)),
         job_ranks_(sub_group_ranks(o)),
-        host_(o.host) {}
+        host_(o.host),
+        opts_(o) {}
 
   ~shm_state() {
     auto st = shared_word(seg_.ctl(rank_).state);
@@ -202,10 +207,14 @@ class shm_state {
   static constexpr std::chrono::milliseconds relay_grace{900};  // idle_check
   std::vector<std::size_t> job_ranks_;  // per group rank: its rank in the job (or empty)
   std::string host_;
+  shm_options opts_;  // what this group was built from (split() builds its sub-groups alike)
+
+  // Rank q's rank in the job.
+  std::size_t job_rank(std::size_t q) const { return job_ranks_.empty() ? q : job_ranks_[q]; }
 
   // Rank q as messages name it: its job rank and host when the options gave them.
   std::string describe(std::size_t q) const {
-    std::string s = "rank " + std::to_string(job_ranks_.empty() ? q : job_ranks_[q]);
+    std::string s = "rank " + std::to_string(job_rank(q));
     return host_.empty() ? s : s + " on " + host_;
   }
 
@@ -222,7 +231,7 @@ class shm_state {
       where.push_back(
           {q, describe(q), true, shared_word(seg_.ctl(q).entered).load(std::memory_order_relaxed)});
     }
-    stall_.warn(job_ranks_.empty() ? rank_ : job_ranks_[rank_], describe(rank_), where);
+    stall_.warn(job_rank(rank_), describe(rank_), where);
   }
 
   // Names the job's ranks and the host when the options gave them (ranks of a larger
@@ -581,6 +590,34 @@ class shm {
   std::uint64_t next_seq() { return st_->seq_++; }
   std::uint64_t last_seq() const { return st_->seq_ - 1; }
   workspace& scratch() { return st_->scratch_; }
+
+  /// The ranks that pass the same `color` (>= 0) form a new shm group on a segment of
+  /// their own, ordered by `key` then by rank here (like MPI_Comm_split; collective over
+  /// this group, within `d`). It has this group's buffer sizes; its errors name the job's
+  /// ranks. This group stays usable alongside it.
+  shm split(int color, int key, deadline d = deadline::after(default_timeout())) {
+    if (color < 0) {
+      throw error(errc::invalid_argument, st_->site(error_site::npos),
+                  "split color must be >= 0 (every rank joins exactly one group)");
+    }
+    const std::uint64_t seq = next_seq();
+    std::vector<detail::split_entry> table{{color, key}};  // Bruck order: rank (r + i) % n
+    gradsync::detail::bruck_allgather(*this, table, data_tag(seq), d);
+    const std::size_t n = size(), r = rank();
+    std::vector<detail::split_entry> all(n);
+    for (std::size_t i = 0; i < n; ++i) all[(r + i) % n] = table[i];
+    const std::vector<std::size_t> members = detail::split_members(all, color);
+    shm_options o = st_->opts_;
+    o.size = members.size();
+    o.rank =
+        static_cast<std::size_t>(std::find(members.begin(), members.end(), r) - members.begin());
+    // Unique per split call of this job: every rank of the group is at the same seq.
+    o.job += ".split" + std::to_string(seq) + "." + std::to_string(color);
+    o.job_ranks.clear();
+    for (std::size_t m : members) o.job_ranks.push_back(st_->job_rank(m));
+    o.bootstrap_timeout = seconds_d(std::max(0.0, d.seconds_left()));
+    return shm(o);
+  }
   kernels::host_executor executor() const { return {}; }
 
   // ---- peer_memory_transport: what algo::direct_one_shot / direct_two_shot use ----
