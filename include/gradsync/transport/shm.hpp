@@ -332,16 +332,21 @@ class shm_state {
                   const char* waiting_for, Ready&& ready) {
     if (peer < size_) {
       rank_ctl& c = seg_.ctl(peer);
-      const std::uint32_t st = shared_word(c.state).load(std::memory_order_acquire);
-      if ((st == rs_left || st == rs_failed) && ready()) return true;
-      if (st == rs_left)
-        fail(errc::peer_lost, peer,
-             std::string("the peer closed its transport while this rank waited ") + waiting_for);
-      if (st == rs_failed)
-        fail(errc::peer_lost, peer,
-             std::string(
-                 "the peer failed (timeout or lost peer of its own) while this rank waited ") +
-                 waiting_for + peer_cause(c));
+      // A peer that failed or closed says so before its process ends: judged by its state.
+      auto check_state = [&] {
+        const std::uint32_t st = shared_word(c.state).load(std::memory_order_acquire);
+        if ((st == rs_left || st == rs_failed) && ready()) return true;
+        if (st == rs_left)
+          fail(errc::peer_lost, peer,
+               std::string("the peer closed its transport while this rank waited ") + waiting_for);
+        if (st == rs_failed)
+          fail(errc::peer_lost, peer,
+               std::string(
+                   "the peer failed (timeout or lost peer of its own) while this rank waited ") +
+                   waiting_for + peer_cause(c));
+        return false;
+      };
+      if (check_state()) return true;
       if (now >= next_health_) {
         next_health_ = now + std::chrono::milliseconds(20);
         if (wait_hook_) {
@@ -350,7 +355,8 @@ class shm_state {
         }
         const int pid = shared_word(c.pid).load(std::memory_order_relaxed);
         if (!process_alive(pid, c.start_time)) {
-          if (ready()) return true;
+          // It may have failed (quoting the rank it lost) and exited since the look above.
+          if (check_state() || ready()) return true;
           fail(errc::peer_lost, peer,
                "the peer's process (pid " + std::to_string(pid) + ") died while this rank waited " +
                    waiting_for);
