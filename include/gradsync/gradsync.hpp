@@ -24,6 +24,7 @@
 #include "gradsync/reduce_scatter.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/allreducer.hpp"
+#include "gradsync/process_set.hpp"
 #include "gradsync/compress/error_feedback.hpp"
 #include "gradsync/compress/int8.hpp"
 #include "gradsync/compress/powersgd.hpp"

@@ -369,3 +369,80 @@ TEST_CASE("local split: parity and halves, two groups at once per rank, errors n
   // Rank 3 waits for 5 (its right neighbour in the odd group's ring) or for 1 waiting for 5.
   CHECK((contains(late[3], "(peer 5)") || contains(late[1], "(peer 5)")));
 }
+
+TEST_CASE("process_set: overlapping sets at once, list order, a rank in none, bad lists") {
+  gs::testbed::watchdog wd(60, "process_set");
+  constexpr std::size_t n = 6;
+  // a = {4, 1, 3} (ranked in list order), b = {0, 1, 2}; rank 1 in both, rank 5 in none.
+  std::vector<std::size_t> wrong(n, 99), layout(n), outside(n);
+  gs::transport::run_local(n, [&](local& t) {
+    const std::size_t r = t.rank();
+    gs::process_set<local> a(t, {4, 1, 3});
+    gs::process_set<local> b(t, {0, 1, 2});
+    layout[r] = (a.contains() ? 10 + a.transport().rank() : 0) * 100 +
+                (b.contains() ? 10 + b.transport().rank() : 0);
+    std::size_t bad = 0;
+    auto on = [&](gs::process_set<local>& s) {  // exact sums over the set's ranks
+      for (int it = 0; it < 10; ++it) {
+        std::vector<std::int32_t> v(10007);
+        gs::testing::fill_inputs(std::span<std::int32_t>(v), gs::reduce_op::sum,
+                                 s.transport().rank(), s.size());
+        gs::allreduce<gs::algo::ring>(s.transport(), std::span<std::int32_t>(v), gs::op::sum,
+                                      quick);
+        bad += gs::testing::count_wrong(std::span<const std::int32_t>(v), gs::reduce_op::sum,
+                                        s.size());
+      }
+    };
+    std::size_t bad_b = 0;
+    std::thread helper([&] {  // b progresses on another thread while a runs on this one
+      if (!b.contains()) return;
+      for (int it = 0; it < 10; ++it) {
+        std::vector<float> v(3001);
+        gs::testing::fill_inputs(std::span<float>(v), gs::reduce_op::sum, b.transport().rank(), 3);
+        gs::allreduce<gs::algo::tree>(b.transport(), std::span<float>(v), gs::op::sum, quick);
+        bad_b += gs::testing::count_wrong(std::span<const float>(v), gs::reduce_op::sum, 3);
+      }
+    });
+    if (a.contains()) on(a);
+    helper.join();
+    wrong[r] = bad + bad_b;
+    if (!a.contains()) {
+      try {
+        (void)a.transport();
+      } catch (const gs::error& e) {
+        outside[r] = e.code() == gs::errc::invalid_argument &&
+                     contains(e.what(), "this rank is not in the set");
+      }
+    }
+  });
+  for (std::size_t r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(wrong[r] == 0);
+  }
+  CHECK(layout == std::vector<std::size_t>{10, 1111, 12, 1200, 1000, 0});
+  CHECK(outside == std::vector<std::size_t>{1, 0, 1, 0, 0, 1});
+
+  // Rank 2 passes another list: every rank fails, naming it.
+  const auto other = gs::testbed::run_catching(4, [](local& t) {
+    gs::process_set<local> s(
+        t, t.rank() == 2 ? std::vector<std::size_t>{0, 2} : std::vector<std::size_t>{0, 1});
+  });
+  for (std::size_t r = 0; r < 4; ++r) {
+    CAPTURE(other[r].what);
+    CHECK(other[r].code == gs::errc::mismatch);
+    CHECK(contains(other[r].what, "process_set: rank(s) 2 passed another list of ranks"));
+  }
+  // A rank listed twice, or one out of range: invalid_argument on every rank.
+  const auto twice = gs::testbed::run_catching(3, [](local& t) {
+    gs::process_set<local> s(t, {0, 2, 0});
+  });
+  const auto range = gs::testbed::run_catching(3, [](local& t) {
+    gs::process_set<local> s(t, {1, 3});
+  });
+  for (std::size_t r = 0; r < 3; ++r) {
+    CHECK(twice[r].code == gs::errc::invalid_argument);
+    CHECK(contains(twice[r].what, "rank 0 is listed twice"));
+    CHECK(range[r].code == gs::errc::invalid_argument);
+    CHECK(contains(range[r].what, "rank 3 is out of range for 3 ranks"));
+  }
+}

@@ -19,7 +19,7 @@ LAYERS = [
     ('fusion', 'compress'),
     ('observe',),
     ('detail', 'allreduce.hpp', 'allgather.hpp', 'broadcast.hpp', 'reduce_scatter.hpp',
-     'allreducer_options.hpp'),
+     'allreducer_options.hpp', 'process_set.hpp'),
     ('allreducer.hpp',),
     ('gradsync.hpp',),
 ]
