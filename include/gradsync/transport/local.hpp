@@ -114,8 +114,8 @@ class local {
       if (placed[first]) continue;
       const std::vector<std::size_t> members = detail::split_members(all, all[first].color);
       auto g = std::make_shared<detail::local_group>(members.size());
-      std::vector<std::size_t> origin;
-      for (std::size_t m : members) origin.push_back(group_->origin_rank(m));
+      std::vector<std::size_t> origin(members.size());
+      for (std::size_t k = 0; k < members.size(); ++k) origin[k] = group_->origin_rank(members[k]);
       g->set_origin(std::move(origin));
       for (std::size_t k = 0; k < members.size(); ++k) {
         placed[members[k]] = true;

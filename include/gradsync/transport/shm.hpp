@@ -619,8 +619,8 @@ class shm {
         static_cast<std::size_t>(std::find(members.begin(), members.end(), r) - members.begin());
     // Unique per split call of this job: every rank of the group is at the same seq.
     o.job += ".split" + std::to_string(seq) + "." + std::to_string(color);
-    o.job_ranks.clear();
-    for (std::size_t m : members) o.job_ranks.push_back(st_->job_rank(m));
+    o.job_ranks.resize(members.size());
+    for (std::size_t k = 0; k < members.size(); ++k) o.job_ranks[k] = st_->job_rank(members[k]);
     o.bootstrap_timeout = seconds_d(std::max(0.0, d.seconds_left()));
     return shm(o);
   }
