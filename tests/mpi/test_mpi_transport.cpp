@@ -368,6 +368,41 @@ GS_MPI_TEST("transport: split(color, key) forms working sub-groups", 60) {
   GS_CHECK(moved.frees_communicator() && t.frees_communicator());  // nothing failed here
 }
 
+GS_MPI_TEST("transport: process_set over mpi, listed in reverse, the others outside", 60) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  const std::size_t n = t.size(), r = t.rank();
+  std::vector<std::size_t> odd;  // the odd ranks, highest first
+  for (std::size_t q = n; q-- > 0;) {
+    if (q % 2 == 1) odd.push_back(q);
+  }
+  if (odd.empty()) GS_SKIP("needs 2 ranks or more");
+  gs::process_set<gs::transport::mpi> s(t, odd);
+  GS_CHECK(s.contains() == (r % 2 == 1));
+  if (s.contains()) {
+    GS_CHECK(s.transport().size() == odd.size());
+    GS_CHECK(odd[s.transport().rank()] == r);  // ranked in list order
+    std::vector<double> v(1001);
+    gs::testing::fill_inputs(std::span<double>(v), gs::reduce_op::sum, s.transport().rank(),
+                             odd.size());
+    gs::allreduce<gs::algo::ring>(s.transport(), std::span<double>(v), gs::op::sum, quick());
+    GS_CHECK(gs::testing::count_wrong(std::span<const double>(v), gs::reduce_op::sum, odd.size()) ==
+             0);
+  } else {
+    const std::string m = GS_CHECK_ERROR((void)s.transport(), gs::errc::invalid_argument);
+    GS_CHECK_MSG(gs::testbed::contains(m, "not in the set"), m);
+  }
+  // The last rank lists another set: every rank fails, naming it.
+  std::vector<std::size_t> mine{0};
+  if (r == n - 1 && n > 1) mine = {n - 1};
+  if (n > 1) {
+    const std::string m =
+        GS_CHECK_ERROR((gs::process_set<gs::transport::mpi>(t, mine)), gs::errc::mismatch);
+    GS_CHECK_MSG(gs::testbed::contains(
+                     m, "rank(s) " + std::to_string(n - 1) + " passed another list of ranks"),
+                 m);
+  }
+}
+
 GS_MPI_TEST("transport: bad options and communicators are invalid_argument", 30) {
   const std::string m1 = GS_CHECK_ERROR(
       (gs::transport::mpi{MPI_COMM_WORLD, {.max_message_bytes = 0}}), gs::errc::invalid_argument);
