@@ -75,13 +75,14 @@ class process_set {
     // Members: colour 0, ranked by their place in the list. The others form a group of
     // their own (colour 1) that is dropped at once.
     const int color = pos < n ? 0 : 1, key = static_cast<int>(pos < n ? pos : r);
-    if constexpr (requires { parent.split(color, key, d); }) {  // local, shm: within d
-      Tr sub = parent.split(color, key, d);
-      if (pos < n) sub_.emplace(std::move(sub));
-    } else {
-      Tr sub = parent.split(color, key);
-      if (pos < n) sub_.emplace(std::move(sub));
-    }
+    Tr sub = [&] {
+      if constexpr (requires { parent.split(color, key, d); }) {  // local, shm: within d
+        return parent.split(color, key, d);
+      } else {
+        return parent.split(color, key);
+      }
+    }();
+    if (pos < n) sub_.emplace(std::move(sub));
   }
 
   /// Whether this rank is in the set.
@@ -107,19 +108,17 @@ class process_set {
     };
     const std::uint64_t mine_hash =
         kernels::buffer_hash(ranks_.data(), ranks_.size() * sizeof(std::size_t), /*portable=*/true);
-    std::vector<stated> table{{ranks_.size(), mine_hash}};  // Bruck order: (r + i) % n
-    gradsync::detail::bruck_allgather(parent, table, data_tag(seq), d);
-    const std::size_t n = parent.size(), r = parent.rank();
+    std::vector<stated> all;  // all[q]: rank q's
+    gradsync::detail::allgather_pod(parent, stated{ranks_.size(), mine_hash}, all, data_tag(seq),
+                                    d);
     std::string differ;
-    const stated& first = table[(n - r) % n];  // rank 0's
-    for (std::size_t q = 1; q < n; ++q) {
-      const stated& s = table[(q + n - r) % n];
-      if (s.count != first.count || s.hash != first.hash) {
+    for (std::size_t q = 1; q < all.size(); ++q) {
+      if (all[q].count != all[0].count || all[q].hash != all[0].hash) {
         differ += (differ.empty() ? "" : ", ") + std::to_string(q);
       }
     }
     if (!differ.empty()) {
-      throw error(errc::mismatch, {r, error_site::npos, seq},
+      throw error(errc::mismatch, {parent.rank(), error_site::npos, seq},
                   "process_set: rank(s) " + differ +
                       " passed another list of ranks than rank 0 (every rank must pass the "
                       "same list, in the same order)");

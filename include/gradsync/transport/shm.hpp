@@ -139,7 +139,6 @@ class shm_state {
         heap_(seg_.layout().geo.heap_bytes),
         spin_(spin_budget::for_group(o.size)),
         job_ranks_(sub_group_ranks(o)),
-        host_(o.host),
         opts_(o) {}
 
   ~shm_state() {
@@ -206,8 +205,7 @@ class shm_state {
   std::function<std::string(std::size_t)> wait_hook_;
   static constexpr std::chrono::milliseconds relay_grace{900};  // idle_check
   std::vector<std::size_t> job_ranks_;  // per group rank: its rank in the job (or empty)
-  std::string host_;
-  shm_options opts_;  // what this group was built from (split() builds its sub-groups alike)
+  shm_options opts_;  // what this group was built from (its host; split() builds alike)
 
   // Rank q's rank in the job.
   std::size_t job_rank(std::size_t q) const { return job_ranks_.empty() ? q : job_ranks_[q]; }
@@ -215,7 +213,7 @@ class shm_state {
   // Rank q as messages name it: its job rank and host when the options gave them.
   std::string describe(std::size_t q) const {
     std::string s = "rank " + std::to_string(job_rank(q));
-    return host_.empty() ? s : s + " on " + host_;
+    return opts_.host.empty() ? s : s + " on " + opts_.host;
   }
 
   void enter_call(std::uint64_t seq, const call_note& note) {
@@ -238,8 +236,8 @@ class shm_state {
   // job, e.g. two_level's node level), the group's ranks otherwise.
   error_site site(std::size_t peer) const {
     error_site s{rank_, peer, seq_ - 1};
-    s.host = host_;
-    if (peer < size_) s.peer_host = host_;
+    s.host = opts_.host;
+    if (peer < size_) s.peer_host = opts_.host;
     if (job_ranks_.empty()) return s;
     s.rank = job_ranks_[rank_];
     s.peer = peer < size_ ? job_ranks_[peer] : peer;
@@ -296,8 +294,8 @@ class shm_state {
       if (shared_word(c.state).load(std::memory_order_acquire) != rs_failed) continue;
       const std::string cause = peer_cause(c);
       if (!cause.empty()) {
-        return "rank " + std::to_string(site(q).peer) + (host_.empty() ? "" : " on " + host_) +
-               " failed" + cause;
+        return "rank " + std::to_string(site(q).peer) +
+               (opts_.host.empty() ? "" : " on " + opts_.host) + " failed" + cause;
       }
     }
     return {};
@@ -607,11 +605,9 @@ class shm {
                   "split color must be >= 0 (every rank joins exactly one group)");
     }
     const std::uint64_t seq = next_seq();
-    std::vector<detail::split_entry> table{{color, key}};  // Bruck order: rank (r + i) % n
-    gradsync::detail::bruck_allgather(*this, table, data_tag(seq), d);
-    const std::size_t n = size(), r = rank();
-    std::vector<detail::split_entry> all(n);
-    for (std::size_t i = 0; i < n; ++i) all[(r + i) % n] = table[i];
+    std::vector<detail::split_entry> all;  // all[q]: rank q's colour and key
+    gradsync::detail::allgather_pod(*this, detail::split_entry{color, key}, all, data_tag(seq), d);
+    const std::size_t r = rank();
     const std::vector<std::size_t> members = detail::split_members(all, color);
     shm_options o = st_->opts_;
     o.size = members.size();
