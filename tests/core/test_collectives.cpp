@@ -446,3 +446,126 @@ TEST_CASE("process_set: overlapping sets at once, list order, a rank in none, ba
     CHECK(contains(range[r].what, "rank 3 is out of range for 3 ranks"));
   }
 }
+
+TEST_CASE("two_level split: by local parity and by node at once, node-major order, bad layouts") {
+  gs::testbed::watchdog wd(60, "two_level split");
+  constexpr std::size_t nodes = 2, per_node = 4, n = nodes * per_node;
+  std::vector<std::size_t> wrong(n, 99), shape(n);
+  std::vector<std::vector<std::int64_t>> order(n), node_order(n);
+  auto errors = gs::testbed::run_two_level_shape(nodes, per_node, [&](local a, local b) {
+    two_level t(std::move(a), std::move(b));
+    const std::size_t g = t.rank(), node = g / per_node, li = g % per_node;
+    // Colour = local parity, keys highest rank first: node 1 (smaller keys) comes first
+    // and local index 2 before 0, so colour 0 is numbered 6, 4, 2, 0.
+    two_level parity = t.split(static_cast<int>(li % 2), -static_cast<int>(g));
+    two_level halves = t.split(static_cast<int>(node), static_cast<int>(g));  // one node each
+    shape[g] = parity.inter().size() * 1000 + parity.intra().size() * 100 +
+               halves.inter().size() * 10 + halves.intra().size();
+    std::size_t bad = 0;
+    std::thread helper([&] {  // the halves progress on another thread meanwhile
+      for (int it = 0; it < 10; ++it) {
+        std::vector<float> v(3001);
+        gs::testing::fill_inputs(std::span<float>(v), gs::reduce_op::sum, halves.rank(), 4);
+        gs::allreduce<gs::algo::hierarchical<>>(halves, std::span<float>(v), gs::op::sum, quick);
+        bad += gs::testing::count_wrong(std::span<const float>(v), gs::reduce_op::sum, 4);
+      }
+      const std::int64_t mine = static_cast<std::int64_t>(g);
+      node_order[g].resize(4);
+      gs::allgather(halves, std::span<const std::int64_t>(&mine, 1),
+                    std::span<std::int64_t>(node_order[g]), quick);
+    });
+    std::size_t bad_p = 0;
+    for (int it = 0; it < 10; ++it) {
+      std::vector<std::int32_t> v(10007);
+      gs::testing::fill_inputs(std::span<std::int32_t>(v), gs::reduce_op::sum, parity.rank(), 4);
+      gs::allreduce<gs::algo::hierarchical<>>(parity, std::span<std::int32_t>(v), gs::op::sum,
+                                              quick);
+      bad_p += gs::testing::count_wrong(std::span<const std::int32_t>(v), gs::reduce_op::sum, 4);
+    }
+    const std::int64_t mine = static_cast<std::int64_t>(g);
+    order[g].resize(4);
+    gs::allgather(parity, std::span<const std::int64_t>(&mine, 1),
+                  std::span<std::int64_t>(order[g]), quick);
+    helper.join();
+    wrong[g] = bad + bad_p;
+  });
+  for (std::size_t g = 0; g < n; ++g) {
+    CAPTURE(g);
+    CHECK(errors[g] == "");
+    CHECK(wrong[g] == 0);
+    CHECK(shape[g] == 2214);  // parity: 2 nodes x 2; halves: 1 node x 4
+    CHECK(order[g] == (g % 2 == 0 ? std::vector<std::int64_t>{6, 4, 2, 0}
+                                  : std::vector<std::int64_t>{7, 5, 3, 1}));
+    CHECK(node_order[g] ==
+          (g < 4 ? std::vector<std::int64_t>{0, 1, 2, 3} : std::vector<std::int64_t>{4, 5, 6, 7}));
+  }
+
+  // Layouts the two levels cannot link fail every rank alike, naming the colour and ranks.
+  auto split_error = [&](auto color_of) {
+    return gs::testbed::run_two_level_shape(nodes, per_node, [&](local a, local b) {
+      two_level t(std::move(a), std::move(b));
+      (void)t.split(color_of(t.rank()), 0);
+    });
+  };
+  errors = split_error([](std::size_t g) { return g == 0 || g == 5 ? 1 : 0; });
+  for (std::size_t g = 0; g < n; ++g) {
+    CAPTURE(errors[g]);
+    CHECK(contains(errors[g],
+                   "two_level split: the ranks of color 1 sit at different local "
+                   "indices on different nodes (rank 0 is local index 0 on node 0, "
+                   "rank 5 is local index 1 on node 1"));
+  }
+  errors = split_error([](std::size_t g) { return g < 3 ? 1 : 0; });
+  for (std::size_t g = 0; g < n; ++g) {
+    CAPTURE(errors[g]);
+    CHECK(contains(errors[g],
+                   "the ranks of color 0 fill their nodes unevenly (node 0 holds "
+                   "rank 3, node 1 holds ranks 4, 5, 6, 7)"));
+  }
+  errors = split_error([](std::size_t g) { return g == 7 ? -1 : 0; });
+  CHECK(contains(errors[7], "split color must be >= 0"));
+}
+
+TEST_CASE("process_set over two_level: list order inside a node, one rank per node, bad lists") {
+  gs::testbed::watchdog wd(60, "process_set two_level");
+  constexpr std::size_t n = 8;
+  std::vector<std::size_t> wrong(n, 99), layout(n);
+  auto errors = gs::testbed::run_two_level_shape(2, 4, [&](local a, local b) {
+    two_level t(std::move(a), std::move(b));
+    const std::size_t g = t.rank();
+    gs::process_set<two_level> one_node(t, {5, 4, 7});  // node 1, list order inside it
+    gs::process_set<two_level> per_node(t, {1, 5});     // local index 1 of each node
+    layout[g] = (one_node.contains() ? 10 + one_node.transport().rank() : 0) * 100 +
+                (per_node.contains() ? 10 + per_node.transport().rank() : 0);
+    std::size_t bad = 0;
+    for (auto* s : {&one_node, &per_node}) {
+      if (!s->contains()) continue;
+      std::vector<double> v(5003);
+      gs::testing::fill_inputs(std::span<double>(v), gs::reduce_op::sum, s->transport().rank(),
+                               s->size());
+      gs::allreduce<gs::algo::hierarchical<>>(s->transport(), std::span<double>(v), gs::op::sum,
+                                              quick);
+      bad += gs::testing::count_wrong(std::span<const double>(v), gs::reduce_op::sum, s->size());
+    }
+    wrong[g] = bad;
+  });
+  for (std::size_t g = 0; g < n; ++g) {
+    CAPTURE(g);
+    CHECK(errors[g] == "");
+    CHECK(wrong[g] == 0);
+  }
+  CHECK(layout == std::vector<std::size_t>{0, 10, 0, 0, 1100, 1011, 0, 1200});
+
+  // {0, 4, 1, 5} would be numbered 0, 1, 4, 5 (node by node): every rank refuses it,
+  // naming the first rank out of place (1, listed third).
+  errors = gs::testbed::run_two_level_shape(2, 4, [&](local a, local b) {
+    two_level t(std::move(a), std::move(b));
+    gs::process_set<two_level> s(t, {0, 4, 1, 5});
+  });
+  for (std::size_t g = 0; g < n; ++g) {
+    CAPTURE(errors[g]);
+    CHECK(contains(errors[g],
+                   "process_set: this transport numbers the set otherwise than the "
+                   "list (rank 1 would not be rank 2 of the set); a two_level"));
+  }
+}

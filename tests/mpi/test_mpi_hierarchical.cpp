@@ -2,10 +2,11 @@
 // algo::hierarchical over two_level_from_mpi (shm inside a node, mpi across nodes):
 // "nodes" made of consecutive ranks (node_color) so a multi-node layout runs on one
 // host, and the real shared-memory split (one node here). Exact results and bitwise
-// identity across every rank; an uneven layout refused on every rank; the allreducer
-// (bucket fusion, progress thread) over the same two levels. The network tuning on one
-// host (mpi_options::network): flat algorithms with every receive of a step in flight,
-// hierarchical pipelined in pieces, and a failing piece failing every rank.
+// identity across every rank; split into sub-groups (by local index, by node); an uneven
+// layout refused on every rank; the allreducer (bucket fusion, progress thread) over the
+// same two levels. The network tuning on one host (mpi_options::network): flat algorithms
+// with every receive of a step in flight, hierarchical pipelined in pieces, and a failing
+// piece failing every rank.
 #include <mpi.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include <gradsync/algo/hierarchical.hpp>
+#include <gradsync/allgather.hpp>
 #include <gradsync/algo/direct.hpp>
 #include <gradsync/algo/halving_doubling.hpp>
 #include <gradsync/algo/native.hpp>
@@ -87,6 +89,38 @@ GS_MPI_TEST("hierarchical: nodes of 3 ranks (shm) across mpi", 120) {
 
 GS_MPI_TEST("hierarchical: the shared-memory split (one node here)", 120) {
   layout(0);
+}
+
+GS_MPI_TEST("hierarchical: split by local index and by node, numbered node-major", 120) {
+  if (world_size() % 2) GS_SKIP("needs an even rank count");
+  const std::size_t r = world_rank(), nodes = world_size() / 2;
+  two_level t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, static_cast<int>(r / 2));
+  // Local index 0 or 1 of every node, keys highest rank first: the last node comes first.
+  two_level column = t.split(static_cast<int>(r % 2), -static_cast<int>(r));
+  two_level node = t.split(static_cast<int>(r / 2), 0);  // each node alone
+  GS_CHECK(column.size() == nodes && column.intra().size() == 1);
+  GS_CHECK(column.rank() == nodes - 1 - r / 2);
+  GS_CHECK(node.size() == 2 && node.inter().size() == 1 && node.rank() == r % 2);
+  for (two_level* s : {&column, &node}) {
+    std::vector<std::uint64_t> hashes;
+    exact_cases<gs::algo::hierarchical<gs::algo::native>, double, gs::op::sum_t>(*s, hashes);
+    std::vector<std::int64_t> order(s->size());
+    const std::int64_t mine = static_cast<std::int64_t>(r);
+    gs::allgather(*s, std::span<const std::int64_t>(&mine, 1), std::span<std::int64_t>(order));
+    for (std::size_t q = 0; q < order.size(); ++q) {
+      const std::size_t want = s == &node ? (r / 2) * 2 + q : (nodes - 1 - q) * 2 + r % 2;
+      GS_CHECK_MSG(order[q] == static_cast<std::int64_t>(want),
+                   "rank " + std::to_string(q) + " of the sub-group is world rank " +
+                       std::to_string(order[q]) + ", not " + std::to_string(want));
+    }
+  }
+  // A colour at local index 0 on node 0 and 1 elsewhere cannot be linked: every rank fails.
+  if (nodes >= 2) {
+    const int color = r == 0 || r == 3 ? 1 : 0;
+    const std::string msg = GS_CHECK_ERROR((void)t.split(color, 0), gs::errc::invalid_argument);
+    GS_CHECK_MSG(gs::testbed::contains(msg, "the ranks of color 1 sit at different local indices"),
+                 msg);
+  }
 }
 
 GS_MPI_TEST("hierarchical: uneven nodes are refused on every rank", 60) {

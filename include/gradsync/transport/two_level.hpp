@@ -37,6 +37,8 @@
 #include "gradsync/core/error.hpp"
 #include "gradsync/transport/allgather.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/split.hpp"
+#include "gradsync/transport/two_level/split.hpp"
 
 namespace gradsync::transport {
 
@@ -64,6 +66,46 @@ class two_level {
   /// Takes both transports; collective over both (checks the layout, see above).
   two_level(Intra intra, Inter inter) : intra_(std::move(intra)), inter_(std::move(inter)) {
     check_shape();
+  }
+
+  /// The ranks that pass the same `color` (>= 0) form a two_level of their own (collective
+  /// over this one, within `d`; both levels must have split(): local, shm, mpi). Its nodes
+  /// are ordered by the smallest key on each, its ranks inside a node by key, then by rank,
+  /// so a sub-group is numbered node-major like this one (MPI_Comm_split's order where
+  /// that is node-major). A colour must take the same number of ranks at the same local
+  /// indices on every node it uses, else every rank gets errc::invalid_argument naming
+  /// the colour and two of its ranks: its ranks could not be linked by the old levels.
+  two_level split(int color, int key, deadline d = deadline::after(default_timeout())) requires
+      requires(Intra& a, Inter& b) {
+    a.split(0, 0);
+    b.split(0, 0);
+  }
+  {
+    if (color < 0) {
+      throw error(errc::invalid_argument, {rank(), error_site::npos, ~std::uint64_t{0}},
+                  "split color must be >= 0 (every rank joins exactly one group)");
+    }
+    // The job's table of (colour, key): the node's first, then every node's.
+    std::vector<detail::split_entry> node, job;
+    gradsync::detail::allgather_pod(intra_, detail::split_entry{color, key}, node,
+                                    data_tag(intra_.next_seq()), d);
+    gradsync::detail::allgather_blocks(inter_, node, job, data_tag(inter_.next_seq()), d);
+    const detail::two_level_split_plan plan =
+        detail::plan_two_level_split(job, intra_.size(), rank());
+    if (!plan.fault.empty()) {
+      throw error(errc::invalid_argument, {rank(), error_site::npos, ~std::uint64_t{0}},
+                  plan.fault);
+    }
+    auto split_level = [&](auto& level, int k) {
+      if constexpr (requires { level.split(color, k, d); }) {
+        return level.split(color, k, d);
+      } else {
+        return level.split(color, k);  // mpi: MPI_Comm_split has no deadline
+      }
+    };
+    Intra in = split_level(intra_, key);
+    Inter across = split_level(inter_, plan.node_key);
+    return two_level(std::move(in), std::move(across));
   }
 
   std::size_t rank() const { return global_of_intra(intra_.rank()); }
