@@ -4,25 +4,32 @@
 // the same guarantees as allreduce: a deadline on every wait, the call's arguments agreed
 // across ranks before data moves (errc::mismatch naming the ranks), the same bytes on
 // every rank. Over a two_level the blocks cross the network once per rank (its Inter
-// group), then spread inside the node.
+// group), then spread inside the node; across a network, in pieces whose spreading in the
+// node overlaps the next piece's crossing.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
-#include <vector>
 
 #include "gradsync/algo/allgather_ring.hpp"
+#include "gradsync/algo/detail/level_pipeline.hpp"
+#include "gradsync/algo/detail/partition.hpp"
+#include "gradsync/algo/tuning.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/check/consistency.hpp"
+#include "gradsync/check/two_levels.hpp"
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/detail/host_collective.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/two_level/call.hpp"
 
 namespace gradsync {
 
@@ -52,6 +59,70 @@ std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std:
       [&] { return describe_rank(t, t.rank()); });
   return sent;
 }
+/// The allgather over both levels of a two_level: across the nodes first (this local
+/// index on every node), then the nodes' blocks inside the node, so each block crosses
+/// the network once; across a network, in pieces of the blocks, each piece spread in the
+/// node while the next one crosses.
+template <class Intra, class Inter>
+std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<const std::byte> in,
+                             std::span<std::byte> out, dtype type, const call_options& opt) {
+  using ring = algo::allgather_ring;
+  const std::size_t nodes = t.inter().size(), local = t.intra().size(), b = in.size();
+  std::size_t sent = 0, sent_across = 0;
+  transport::detail::two_level_call(
+      t, t.intra(), t.inter(), opt,
+      {"allgather", ring::name, type, reduce_op::sum, b / dtype_size(type), {}},
+      "allgather inside the node", "allgather across nodes",
+      [&](const call_context& in_c, const call_context& out_c) {
+        if (opt.check) {
+          agree_two_levels(
+              t, t.intra(), t.inter(), in_c.seq, out_c.seq, in_c.until, ring::name,
+              [&](std::uint64_t seq, std::string_view name) {
+                return call_header::make(seq, b / dtype_size(type), type, reduce_op::sum, name);
+              },
+              "allgather");
+        }
+        // Kept across calls in the node transport's workspace (slots 4 and 6, as the
+        // two-level reduce_scatter): fresh vectors cost a zeroing pass and page faults.
+        auto* const across_buf = static_cast<std::byte*>(t.intra().scratch().get(4, nodes * b));
+        auto* const inside_buf =
+            static_cast<std::byte*>(t.intra().scratch().get(6, local * nodes * b));
+        const std::size_t pieces = algo::tuning::hierarchical_pieces(out.size(), t.pipelines());
+        auto across = [&](std::size_t i) {  // piece i of this column's blocks, every node's
+          const algo::detail::range p = algo::detail::part(b, pieces, i);
+          sent_across += ring::run(
+              t.inter(), in.subspan(p.offset, p.count),
+              std::span<std::byte>(across_buf + nodes * p.offset, nodes * p.count), out_c);
+        };
+        auto inside = [&](std::size_t i) {  // piece i of every column's blocks, in place
+          const algo::detail::range p = algo::detail::part(b, pieces, i);
+          std::byte* const got = inside_buf + local * nodes * p.offset;
+          sent += ring::run(
+              t.intra(), std::span<const std::byte>(across_buf + nodes * p.offset, nodes * p.count),
+              std::span<std::byte>(got, local * nodes * p.count), in_c);
+          // got[l][q] is piece i of the block of node q's local rank l (global q * local + l).
+          for (std::size_t l = 0; l < local && p.count; ++l) {
+            for (std::size_t q = 0; q < nodes; ++q) {
+              std::memcpy(out.data() + (q * local + l) * b + p.offset,
+                          got + (l * nodes + q) * p.count, p.count);
+            }
+          }
+        };
+        if (pieces == 1) {
+          across(0);
+          inside(0);
+        } else {  // piece i spreads in the node while piece i + 1 crosses the network
+          algo::detail::level_pipeline<Intra, Inter> pipe(t, across);
+          pipe.ready(pieces - 1);
+          for (std::size_t i = 0; i < pieces; ++i) {
+            pipe.wait(i);
+            inside(i);
+            t.set_node_wait(0);  // no longer held up inside the node (set by its waits)
+          }
+        }
+      });
+  return sent + sent_across;
+}
 }  // namespace detail
 
 /// out := every rank's `in`, rank r's at out[r * in.size()]. Returns the bytes this rank
@@ -66,27 +137,7 @@ std::size_t allgather(Tr& t, std::span<const T> in, std::span<T> out,
   const auto bytes_out = std::as_writable_bytes(out);
   constexpr dtype type = dtype_of<T>::value;
   if constexpr (transport::is_two_level_v<Tr>) {
-    // Across nodes first (this local index on every node), then the nodes' blocks inside
-    // the node: each block crosses the network once.
-    auto& inter = t.inter();
-    auto& intra = t.intra();
-    const std::size_t nodes = inter.size(), local = intra.size(), b = bytes_in.size();
-    std::vector<std::byte> across(nodes * b), inside(local * nodes * b);
-    std::size_t sent =
-        detail::allgather_bytes(inter, bytes_in, std::span<std::byte>(across), type, opt,
-                                [&](std::size_t q) { return t.global_of_inter(q); });
-    sent += detail::allgather_bytes(intra, std::span<const std::byte>(across),
-                                    std::span<std::byte>(inside), type, opt,
-                                    [&](std::size_t q) { return t.global_of_intra(q); });
-    // inside[l][q] is the block of node q's local rank l, global rank q * local + l.
-    for (std::size_t l = 0; l < local; ++l) {
-      for (std::size_t q = 0; q < nodes; ++q) {
-        if (b)
-          std::memcpy(bytes_out.data() + (q * local + l) * b, inside.data() + (l * nodes + q) * b,
-                      b);
-      }
-    }
-    return sent;
+    return detail::allgather_levels(t, bytes_in, bytes_out, type, opt);
   } else {
     return detail::allgather_bytes(t, bytes_in, bytes_out, type, opt);
   }

@@ -5,7 +5,8 @@
 // guarantees as allreduce: a deadline on every wait, the call's arguments agreed across
 // ranks before data moves (errc::mismatch naming the ranks), check_finite. Over a
 // two_level the node reduces first (each local rank the blocks of its column), then each
-// column across the nodes, so every element crosses the network once.
+// column across the nodes, so every element crosses the network once; across a network,
+// in pieces whose crossing overlaps the next piece's reduction in the node.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +15,10 @@
 #include <string>
 #include <type_traits>
 
+#include "gradsync/algo/detail/level_pipeline.hpp"
+#include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/reduce_scatter_ring.hpp"
+#include "gradsync/algo/tuning.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/check/consistency.hpp"
 #include "gradsync/check/finite.hpp"
@@ -94,24 +98,50 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
                        in_c.until, [](std::size_t) { return std::string("its input"); });
         }
         // Column l's blocks (global ranks q * local + l, node q) side by side, so that the
-        // node's reduce-scatter leaves local rank l their node-wide sums, node-major.
-        // Kept across calls in the node transport's workspace (rs_algo uses slots 0 and 3).
+        // node's reduce-scatter leaves local rank l their node-wide sums, node-major; in
+        // pieces of the blocks' elements, each piece's columns together. Kept across calls
+        // in the node transport's workspace (rs_algo uses slots 0 and 3).
         T* const column = static_cast<T*>(t.intra().scratch().get(4, in.size() * sizeof(T)));
         T* const mine = static_cast<T*>(t.intra().scratch().get(6, nodes * m * sizeof(T)));
-        for (std::size_t l = 0; l < local; ++l) {
-          for (std::size_t q = 0; q < nodes; ++q) {
-            if (m) {
-              std::memcpy(column + (l * nodes + q) * m, in.data() + (q * local + l) * m,
-                          m * sizeof(T));
-            }
-          }
-        }
         // op::avg: sums on both levels, one division by the whole group at the end.
         using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
-        sent += rs_algo::run(t.intra(), std::span<const T>(column, in.size()),
-                             std::span<T>(mine, nodes * m), level_op{}, in_c);
-        sent +=
-            rs_algo::run(t.inter(), std::span<const T>(mine, nodes * m), out, level_op{}, out_c);
+        const std::size_t pieces =
+            algo::tuning::hierarchical_pieces(in.size_bytes(), t.pipelines());
+        std::size_t sent_across = 0;
+        auto inside = [&](std::size_t i) {  // piece i's columns, reduced inside the node
+          const algo::detail::range p = algo::detail::part(m, pieces, i);
+          T* const col = column + local * nodes * p.offset;
+          for (std::size_t l = 0; l < local; ++l) {
+            for (std::size_t q = 0; q < nodes; ++q) {
+              if (p.count) {
+                std::memcpy(col + (l * nodes + q) * p.count,
+                            in.data() + (q * local + l) * m + p.offset, p.count * sizeof(T));
+              }
+            }
+          }
+          sent += rs_algo::run(t.intra(), std::span<const T>(col, local * nodes * p.count),
+                               std::span<T>(mine + nodes * p.offset, nodes * p.count), level_op{},
+                               in_c);
+        };
+        auto across = [&](std::size_t i) {  // piece i's node sums, reduced across the nodes
+          const algo::detail::range p = algo::detail::part(m, pieces, i);
+          sent_across +=
+              rs_algo::run(t.inter(), std::span<const T>(mine + nodes * p.offset, nodes * p.count),
+                           out.subspan(p.offset, p.count), level_op{}, out_c);
+        };
+        if (pieces == 1) {
+          inside(0);
+          across(0);
+        } else {  // piece i crosses the network while piece i + 1 is reduced in the node
+          algo::detail::level_pipeline<Intra, Inter> pipe(t, across);
+          for (std::size_t i = 0; i < pieces; ++i) {
+            inside(i);
+            t.set_node_wait(0);  // no longer held up inside the node (set by its waits)
+            pipe.ready(i);
+          }
+          pipe.wait(pieces - 1);
+        }
+        sent += sent_across;
         t.intra().executor().finalize(out.data(), m, t.size(), op);
       });
   return sent;

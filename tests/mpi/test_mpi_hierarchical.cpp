@@ -19,6 +19,7 @@
 
 #include <gradsync/algo/hierarchical.hpp>
 #include <gradsync/allgather.hpp>
+#include <gradsync/reduce_scatter.hpp>
 #include <gradsync/algo/direct.hpp>
 #include <gradsync/algo/halving_doubling.hpp>
 #include <gradsync/algo/native.hpp>
@@ -222,7 +223,7 @@ GS_MPI_TEST("network tuning: flat ring/halving_doubling/tree keep a step's recei
   for (std::size_t r = 0; r < world_size(); ++r) GS_CHECK(plain.same_host(r));
 }
 
-GS_MPI_TEST("network tuning: hierarchical pipelines pieces across the inter-node level", 180) {
+GS_MPI_TEST("network tuning: hierarchical, reduce_scatter and allgather pipeline pieces", 180) {
   if (world_size() % 2) GS_SKIP("needs an even rank count");
   two_level t =
       gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, static_cast<int>(world_rank() / 2),
@@ -249,6 +250,20 @@ GS_MPI_TEST("network tuning: hierarchical pipelines pieces across the inter-node
         gs::testing::count_wrong(std::span<const std::int64_t>(w), gs::reduce_op::sum, t.size());
     GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong (native, int64)");
     hashes.push_back(gs::testing::fnv1a64(w.data(), w.size() * sizeof(std::int64_t)));
+    // reduce_scatter and allgather pipeline alike (pieces by input and output bytes).
+    const std::size_t n = t.size(), m = count / n + 1;
+    std::vector<float> in(n * m), out(m);
+    gs::testing::fill_inputs(std::span<float>(in), gs::reduce_op::sum, t.rank(), n);
+    gs::reduce_scatter(t, std::span<const float>(in), std::span<float>(out), gs::op::sum);
+    wrong =
+        gs::testing::count_wrong(std::span<const float>(out), gs::reduce_op::sum, n, t.rank() * m);
+    GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong (reduce_scatter)");
+    std::vector<std::int32_t> mine(m), all(n * m);
+    for (std::size_t i = 0; i < m; ++i) mine[i] = static_cast<std::int32_t>(t.rank() * m + i);
+    gs::allgather(t, std::span<const std::int32_t>(mine), std::span<std::int32_t>(all));
+    wrong = 0;
+    for (std::size_t i = 0; i < n * m; ++i) wrong += all[i] != static_cast<std::int32_t>(i);
+    GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong (allgather)");
   }
   GS_CHECK(gs::testbed::same_on_all_ranks(hashes));
 }

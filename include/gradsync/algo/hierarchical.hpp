@@ -28,7 +28,7 @@
 
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/detail/erased_op.hpp"
-#include "gradsync/algo/detail/inter_worker.hpp"
+#include "gradsync/algo/detail/level_pipeline.hpp"
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/detail/ring_pass.hpp"
 #include "gradsync/algo/tuning.hpp"
@@ -186,7 +186,7 @@ struct hierarchical {
   }
 
   /// run_bytes over `pieces` pieces of the vector: the node's reduce-scatter of piece
-  /// i+1 runs while a helper thread (detail/inter_worker.hpp) allreduces piece i's shard
+  /// i+1 runs while a helper thread (detail/level_pipeline.hpp) allreduces piece i's shard
   /// across the nodes, and each piece is allgathered in the node once its shard is back,
   /// so the network is busy from the first piece's shard to the last's.
   template <class Intra, class Inter, class In, class Out>
@@ -201,24 +201,13 @@ struct hierarchical {
     passes.reserve(pieces);
     std::vector<detail::range> shards(pieces);  // element ranges of the whole vector
     clock::time_point i0{}, i1{};
-    // The helper alone calls Inter while it lives; idle, it serves the stall queries.
-    t.pause_serving(true);
-    struct resume_serving {
-      transport::two_level<Intra, Inter>& t;
-      ~resume_serving() { t.pause_serving(false); }
-    } resume{t};
-    detail::inter_worker worker(
-        [&](std::size_t i) {
-          if (i == 0) i0 = clock::now();
-          std::byte* const p = base + shards[i].offset * elem;
-          inter(p, shards[i].count, out_c);
-          final_op.finalize(in.executor(), p, shards[i].count, t.size());
-          if (i + 1 == pieces) i1 = clock::now();
-        },
-        [&] {
-          if constexpr (transport::two_level<Intra, Inter>::can_serve)
-            (void)t.inter().serve_peers(t.node_wait());
-        });
+    detail::level_pipeline<Intra, Inter> worker(t, [&](std::size_t i) {
+      if (i == 0) i0 = clock::now();
+      std::byte* const p = base + shards[i].offset * elem;
+      inter(p, shards[i].count, out_c);
+      final_op.finalize(in.executor(), p, shards[i].count, t.size());
+      if (i + 1 == pieces) i1 = clock::now();
+    });
     const auto r0 = clock::now();
     for (std::size_t i = 0; i < pieces; ++i) {
       const detail::range p = detail::part(count, pieces, i);

@@ -23,7 +23,7 @@ struct reduce_scatter_ring {
   static constexpr std::string_view name = "reduce_scatter_ring";
   /// Workspace slot of the rotated working copy, kept across calls: a fresh vector per
   /// call costs a zeroing pass and page faults (docs/collectives.md). The allreduce
-  /// algorithms use slots 0, 1, 2 and 5; the two-level reduce_scatter 4 and 6.
+  /// algorithms use slots 0, 1, 2 and 5; the two-level reduce_scatter and allgather 4 and 6.
   static constexpr std::size_t scratch_slot = 3;
 
   /// out (m elements) := block `rank` of the reduction of every rank's `in` (n blocks of
