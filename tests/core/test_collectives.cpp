@@ -252,7 +252,7 @@ TEST_CASE("collectives: different arguments fail every rank, naming the differen
   }
 }
 
-TEST_CASE("collectives over two_level: a different root on one rank fails every rank") {
+TEST_CASE("collectives over two_level: a different root or count on one rank fails every rank") {
   gs::testbed::watchdog wd(60, "two-level collective mismatch");
   const auto errors = gs::testbed::run_two_level_shape(2, 2, [&](local a, local b) {
     two_level t(std::move(a), std::move(b));
@@ -265,6 +265,18 @@ TEST_CASE("collectives over two_level: a different root on one rank fails every 
   }
   CHECK(contains(errors[2], "rank 3 differs from rank 2 in root 0 vs 2"));
   CHECK(contains(errors[0], "the ranks of another node called broadcast with different"));
+  // The same for an allgather whose count differs on one rank.
+  const auto gather_errors = gs::testbed::run_two_level_shape(2, 2, [&](local a, local b) {
+    two_level t(std::move(a), std::move(b));
+    const std::size_t m = t.rank() == 3 ? 5 : 4;
+    std::vector<float> mine(m, 1.0f), all(4 * m);
+    gs::allgather(t, std::span<const float>(mine), std::span<float>(all), quick);
+  });
+  for (std::size_t r = 0; r < gather_errors.size(); ++r) {
+    CAPTURE(gather_errors[r]);
+    CHECK(contains(gather_errors[r], "allgather with different arguments"));
+  }
+  CHECK(contains(gather_errors[2], "rank 3 differs from rank 2 in count 4 vs 5"));
 }
 
 TEST_CASE("collectives: a rank that never calls makes the others time out naming it") {
