@@ -27,6 +27,7 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/detail/host_collective.hpp"
+#include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/two_level.hpp"
 #include "gradsync/transport/two_level/call.hpp"
@@ -34,31 +35,35 @@
 namespace gradsync {
 
 namespace detail {
-/// The ring allgather of bytes over one flat transport, its call numbered and checked.
-/// `rank_of` names ranks in errors (a two_level level's global ranks).
-template <transport_policy Tr, class RankOf = same_rank>
+/// The allgather of bytes over one flat transport, its call numbered and checked: the
+/// transport's native allgather where detail/native_collectives.hpp says so, else the
+/// ring. Returns the bytes sent (native: (n - 1) blocks, the least any algorithm sends).
+template <transport_policy Tr>
 std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std::byte> out,
-                            dtype type, const call_options& opt, RankOf rank_of = {}) {
-  const call_context ctx = begin_call(t, opt,
-                                      {"allgather",
-                                       algo::allgather_ring::name,
-                                       type,
-                                       reduce_op::sum,
-                                       in.size() / dtype_size(type),
-                                       {}});
+                            dtype type, const call_options& opt) {
+  const bool native = use_native_collective(has_native_allgather<Tr>, out.size());
+  const std::string_view name = native ? native_collective_name : algo::allgather_ring::name;
+  const std::size_t count = in.size() / dtype_size(type);
+  const call_context ctx = begin_call(t, opt, {"allgather", name, type, reduce_op::sum, count, {}});
   std::size_t sent = 0;
   recorded(
       opt, ctx.seq,
       [&] {
-        agree_if_checked(t, opt,
-                         call_header::make(ctx.seq, in.size() / dtype_size(type), type,
-                                           reduce_op::sum, algo::allgather_ring::name),
-                         ctx.until, rank_of, "allgather");
+        agree_if_checked(t, opt, call_header::make(ctx.seq, count, type, reduce_op::sum, name),
+                         ctx.until, same_rank{}, "allgather");
+        if constexpr (has_native_allgather<Tr>) {
+          if (native) {
+            t.allgather_native(in.data(), out.data(), in.size(), ctx);
+            sent = (t.size() - 1) * in.size();
+            return;
+          }
+        }
         sent = algo::allgather_ring::run(t, in, out, ctx);
       },
       [&] { return describe_rank(t, t.rank()); });
   return sent;
 }
+
 /// The allgather over both levels of a two_level: across the nodes first (this local
 /// index on every node), then the nodes' blocks inside the node, so each block crosses
 /// the network once; across a network, in pieces of the blocks, each piece spread in the

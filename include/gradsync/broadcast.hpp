@@ -25,6 +25,7 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/detail/host_collective.hpp"
+#include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/two_level.hpp"
 #include "gradsync/transport/two_level/call.hpp"
@@ -32,19 +33,28 @@
 namespace gradsync {
 
 namespace detail {
-/// The broadcast algorithm for `bytes` over `n` ranks (the same choice on every rank).
-inline std::string_view broadcast_algo(std::size_t bytes, std::size_t n) {
+/// The broadcast algorithm for `bytes` over `n` ranks of Tr (the same choice on every
+/// rank): Tr's native broadcast (detail/native_collectives.hpp), the chain or the tree.
+template <class Tr>
+std::string_view broadcast_algo(std::size_t bytes, std::size_t n) {
+  if (use_native_collective(has_native_broadcast<Tr>, bytes)) return native_collective_name;
   return bytes >= algo::broadcast_chain::min_bytes && n > 2 ? algo::broadcast_chain::name
                                                             : algo::broadcast_tree::name;
 }
 
-/// Runs the chosen algorithm over one flat transport; returns the bytes sent.
+/// Runs the chosen algorithm over one flat transport; returns the bytes sent (native:
+/// the message on the root, 0 elsewhere, what it handed to the transport).
 template <transport_policy Tr>
 std::size_t run_broadcast(Tr& t, std::span<std::byte> data, std::size_t root,
                           const call_context& ctx) {
-  if (broadcast_algo(data.size(), t.size()) == algo::broadcast_chain::name) {
-    return algo::broadcast_chain::run(t, data, root, ctx);
+  const std::string_view a = broadcast_algo<Tr>(data.size(), t.size());
+  if constexpr (has_native_broadcast<Tr>) {
+    if (a == native_collective_name) {
+      t.broadcast_native(data.data(), data.size(), root, ctx);
+      return t.rank() == root ? data.size() : 0;
+    }
   }
+  if (a == algo::broadcast_chain::name) return algo::broadcast_chain::run(t, data, root, ctx);
   return algo::broadcast_tree::run(t, data, root, ctx);
 }
 
@@ -69,7 +79,7 @@ template <transport_policy Tr>
 std::size_t broadcast_bytes(Tr& t, std::span<std::byte> data, std::size_t root, dtype type,
                             const call_options& opt) {
   const std::size_t count = data.size() / dtype_size(type);
-  const std::string_view algo_name = broadcast_algo(data.size(), t.size());
+  const std::string_view algo_name = broadcast_algo<Tr>(data.size(), t.size());
   const call_context ctx =
       begin_call(t, opt, {"broadcast", algo_name, type, reduce_op::sum, count, {}});
   std::size_t sent = 0;
@@ -93,7 +103,8 @@ template <class Intra, class Inter>
 std::size_t broadcast_bytes(transport::two_level<Intra, Inter>& t, std::span<std::byte> data,
                             std::size_t root, dtype type, const call_options& opt) {
   const std::size_t count = data.size() / dtype_size(type), local = t.intra().size();
-  const std::string_view algo_name = broadcast_algo(data.size(), t.size());
+  // The name of the node level's choice (each level picks its own; Inter may go native).
+  const std::string_view algo_name = broadcast_algo<Intra>(data.size(), t.size());
   std::size_t sent = 0;
   transport::detail::two_level_call(
       t, t.intra(), t.inter(), opt, {"broadcast", algo_name, type, reduce_op::sum, count, {}},

@@ -28,6 +28,7 @@
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/detail/host_collective.hpp"
+#include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/kernels/finite.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/two_level.hpp"
@@ -50,19 +51,28 @@ call_header reduce_scatter_header(std::uint64_t seq, std::size_t count, std::str
 template <transport_policy Tr, class T, class Op>
 std::size_t reduce_scatter_flat(Tr& t, std::span<const T> in, std::span<T> out, Op op,
                                 const call_options& opt) {
-  const call_context ctx = begin_call(
-      t, opt, {"reduce_scatter", rs_algo::name, dtype_of<T>::value, Op::id, out.size(), {}});
+  const bool native =
+      use_native_collective(has_native_reduce_scatter<Tr, T, Op>, in.size() * sizeof(T));
+  const std::string_view name = native ? native_collective_name : rs_algo::name;
+  const call_context ctx =
+      begin_call(t, opt, {"reduce_scatter", name, dtype_of<T>::value, Op::id, out.size(), {}});
   const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
   std::size_t sent = 0;
   recorded(
       opt, ctx.seq,
       [&] {
-        agree_if_checked(t, opt,
-                         reduce_scatter_header<T, Op>(ctx.seq, out.size(), rs_algo::name, finite),
+        agree_if_checked(t, opt, reduce_scatter_header<T, Op>(ctx.seq, out.size(), name, finite),
                          ctx.until, same_rank{}, "reduce_scatter");
         if (finite) {
           agree_finite(t, find_non_finite(t, t.rank(), in.data(), in.size()), ctx.until,
                        [](std::size_t) { return std::string("its input"); });
+        }
+        if constexpr (has_native_reduce_scatter<Tr, T, Op>) {
+          if (native) {  // reports (n - 1) blocks, the least any algorithm sends
+            t.reduce_scatter_native(in.data(), out.data(), out.size(), op, ctx);
+            sent = (t.size() - 1) * out.size() * sizeof(T);
+            return;
+          }
         }
         sent = rs_algo::run(t, in, out, op, ctx);
       },

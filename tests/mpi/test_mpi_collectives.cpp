@@ -1,16 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // broadcast, allgather and reduce_scatter over transport::mpi and over two_level_from_mpi
 // (shm inside "nodes" of consecutive ranks, mpi across): exact results, every root,
-// bitwise identity across ranks; a different root on one rank failing every rank.
+// bitwise identity across ranks, below the native threshold (MPI's own collectives) and
+// above it (gradsync's); a different root on one rank failing every rank; a native call
+// timing out and refusing the next one, the late rank still getting the exact result.
 #include <cstddef>
 #include <cstdint>
+#include <chrono>
 #include <cstring>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <gradsync/algo/tuning.hpp>
 #include <gradsync/allgather.hpp>
 #include <gradsync/broadcast.hpp>
+#include <gradsync/detail/native_collectives.hpp>
 #include <gradsync/reduce_scatter.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/mpi.hpp>
@@ -22,6 +28,12 @@
 namespace gs = gradsync;
 using gs::testbed::world_rank;
 using gs::testbed::world_size;
+
+// transport::mpi hands small collectives to MPI; the others keep gradsync's algorithms.
+static_assert(gs::detail::has_native_broadcast<gs::transport::mpi> &&
+              gs::detail::has_native_allgather<gs::transport::mpi> &&
+              gs::detail::has_native_reduce_scatter<gs::transport::mpi, float, gs::op::sum_t>);
+static_assert(!gs::detail::has_native_broadcast<gs::transport::shm>);
 
 namespace {
 
@@ -77,6 +89,61 @@ void every_type(Tr& t) {
 GS_MPI_TEST("collectives: broadcast, reduce_scatter, allgather over mpi, exact", 120) {
   gs::transport::mpi t{MPI_COMM_WORLD};
   every_type(t);
+}
+
+GS_MPI_TEST("collectives: above the native threshold, gradsync's algorithms over mpi", 120) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  const std::size_t n = t.size(), r = t.rank();
+  // Just past native_collective_bytes for each collective's measure of size.
+  const std::size_t big = gs::algo::tuning::native_collective_bytes / sizeof(float) + 3;
+  std::vector<float> v(big);
+  for (std::size_t i = 0; i < big; ++i) v[i] = value_of<float>(r == 0 ? 0 : n + 1, i);
+  gs::broadcast(t, std::span<float>(v), 0, quick);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < big; ++i) wrong += v[i] != value_of<float>(0, i);
+  const std::size_t m = big / n + 1;
+  std::vector<std::int32_t> in(n * m), out(m), all(n * m);
+  gs::testing::fill_inputs(std::span<std::int32_t>(in), gs::reduce_op::sum, r, n);
+  gs::reduce_scatter(t, std::span<const std::int32_t>(in), std::span<std::int32_t>(out),
+                     gs::op::sum, quick);
+  wrong +=
+      gs::testing::count_wrong(std::span<const std::int32_t>(out), gs::reduce_op::sum, n, r * m);
+  gs::allgather(t, std::span<const std::int32_t>(out), std::span<std::int32_t>(all), quick);
+  wrong += gs::testing::count_wrong(std::span<const std::int32_t>(all), gs::reduce_op::sum, n);
+  GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong elements");
+}
+
+// Without the argument check the timeout happens inside MPI_Ibcast, which MPI cannot
+// cancel: the others keep it pending and refuse further native calls, and the late root
+// then joins it. (A late non-root would not do: the others may get the data without it.)
+GS_MPI_TEST("collectives: a native broadcast times out, then the late root joins", 30) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (t.size() < 2) GS_SKIP("needs 2 ranks");
+  const std::size_t root = 0;
+  std::vector<float> v(1000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = value_of<float>(t.rank() == root ? 0 : 9, i);
+  const gs::call_options unchecked{.timeout = gs::seconds_d{0.25}, .check = false};
+  if (t.rank() != root) {
+    const std::string m =
+        GS_CHECK_ERROR(gs::broadcast(t, std::span<float>(v), root, unchecked), gs::errc::timeout);
+    GS_CHECK_MSG(
+        gs::testbed::contains(m, "deadline passed in MPI_Ibcast of 4000 bytes from rank 0"), m);
+    std::vector<float> in(t.size()), out(1);
+    const std::string m2 =
+        GS_CHECK_ERROR(gs::reduce_scatter(t, std::span<const float>(in), std::span<float>(out),
+                                          gs::op::sum, unchecked),
+                       gs::errc::transport);
+    GS_CHECK_MSG(gs::testbed::contains(m2, "create a new transport::mpi"), m2);
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    gs::call_options joined = unchecked;
+    joined.timeout = gs::seconds_d{30};
+    gs::broadcast(t, std::span<float>(v), root, joined);
+  }
+  // The others' abandoned MPI_Ibcast completes while they wait in the harness; it writes
+  // into `v`, so `v` and the transport stay alive until the end of the run.
+  gs::testbed::keep_until_exit(std::move(v));
+  gs::testbed::keep_until_exit(std::move(t));
 }
 
 GS_MPI_TEST("collectives: the same over two levels (shm nodes of 2 ranks, mpi across)", 120) {

@@ -61,6 +61,11 @@ std::size_t inflight_segments(const Tr& t, std::size_t m, std::size_t local) {
   return k < 1 ? 1 : k;
 }
 
+/// Below this many bytes per rank, gradsync::broadcast, allgather and reduce_scatter on a
+/// transport with native collectives (transport::mpi) call them instead of the ring /
+/// tree / chain (detail/native_collectives.hpp); the measurement: docs/collectives.md.
+inline constexpr std::size_t native_collective_bytes = std::size_t{16} << 20;
+
 /// Pieces algo::hierarchical pipelines a vector of `bytes` into (1: no pipeline) on a
 /// two_level whose inter-node level crosses a network (`pipelines`): pieces of at least
 /// hierarchical_piece_bytes, at most hierarchical_max_pieces. 2 hosts x 2 ranks, 1 Gbit/s,

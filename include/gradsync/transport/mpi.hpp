@@ -285,6 +285,44 @@ class mpi {
     return stall_.silent_peers(comm_, rank_, std::chrono::milliseconds(500),
                                [this](std::size_t q) { return describe_rank(q); });
   }
+  // A native collective's error site; refuses the call once one is stuck inside MPI.
+  error_site native_site(const call_context& ctx) const {
+    const error_site where{rank_, error_site::npos, ctx.seq};
+    if (native_stuck_) {
+      throw error(errc::transport, where,
+                  "an earlier native collective on this transport timed out and is still "
+                  "pending inside MPI, so later collectives would pair up wrongly; create a "
+                  "new transport::mpi");
+    }
+    return where;
+  }
+  // Polls one native collective (`call` of `what`) until `until`. MPI forbids cancelling
+  // or freeing a nonblocking collective: a timed-out one is kept until it completes (if
+  // the late ranks ever join) and further native calls are refused.
+  void native_wait(MPI_Request& req, std::size_t bytes, const char* call, const std::string& what,
+                   const error_site& where, deadline until) {
+    MPI_Status st;
+    const int rc =
+        detail::mpi_poll(req, st, until, bytes >= detail::mpi_bulk_bytes, &abort_, stall_poll());
+    if (rc == detail::mpi_poll_timed_out || rc == detail::mpi_poll_aborted ||
+        rc == detail::mpi_poll_peer_failed) {
+      abandoned_.push_back(req);
+      native_stuck_ = true;
+      clean_ = false;
+      if (rc == detail::mpi_poll_aborted) {
+        abort_switch::throw_aborted(where, std::string("while this rank waited in ") + call);
+      }
+      if (rc == detail::mpi_poll_peer_failed) peer_failed();
+      const std::string silent = silent_peers();
+      if (stall_.notice_from() != detail::mpi_stall::no_notice) peer_failed();
+      throw error(errc::timeout, where,
+                  "deadline passed in " + std::string(call) + " of " + what +
+                      " (some rank did not join; set GRADSYNC_TIMEOUT or "
+                      "call_options::timeout to wait longer)" +
+                      silent);
+    }
+    detail::check_mpi(rc, call, where);
+  }
 
  public:
   /// Completes every piece of `r` or throws: errc::timeout past `d`, errc::mismatch when
@@ -395,13 +433,7 @@ class mpi {
   void allreduce_native(T* data, std::size_t count, Op op, const call_context& ctx) {
     check_element_type<T>();
     check_op_for<T, Op>();
-    const error_site where{rank_, error_site::npos, ctx.seq};
-    if (native_stuck_) {
-      throw error(errc::transport, where,
-                  "an earlier native allreduce on this transport timed out and is still "
-                  "pending inside MPI, so later collectives would pair up wrongly; create a "
-                  "new transport::mpi");
-    }
+    const error_site where = native_site(ctx);
     const auto [type, mop] = ops_.template get<T, Op>(where);
     const std::size_t chunk = std::max<std::size_t>(1, opt_.max_message_bytes / sizeof(T));
     for (std::size_t off = 0; off < count; off += chunk) {
@@ -410,33 +442,61 @@ class mpi {
       // NOLINTNEXTLINE(performance-no-int-to-ptr): MPI_IN_PLACE is the MPI library's macro
       detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + off, len, type, mop, comm_, &req),
                         "MPI_Iallreduce", where);
-      MPI_Status st;
-      const int rc = detail::mpi_poll(
-          req, st, ctx.until, static_cast<std::size_t>(len) * sizeof(T) >= detail::mpi_bulk_bytes,
-          &abort_, stall_poll());
-      if (rc == detail::mpi_poll_timed_out || rc == detail::mpi_poll_aborted ||
-          rc == detail::mpi_poll_peer_failed) {
-        // MPI forbids cancelling or freeing a nonblocking collective: keep it until it
-        // completes (if the late ranks ever join) and refuse further native calls.
-        abandoned_.push_back(req);
-        native_stuck_ = true;
-        clean_ = false;
-        if (rc == detail::mpi_poll_aborted) {
-          abort_switch::throw_aborted(where, "while this rank waited in MPI_Iallreduce");
-        }
-        if (rc == detail::mpi_poll_peer_failed) peer_failed();
-        const std::string silent = silent_peers();
-        if (stall_.notice_from() != detail::mpi_stall::no_notice) peer_failed();
-        throw error(errc::timeout, where,
-                    "deadline passed in MPI_Iallreduce of " + std::to_string(count) + " " +
-                        std::string(dtype_name(dtype_of<T>::value)) +
-                        " (some rank did not join; set GRADSYNC_TIMEOUT or "
-                        "call_options::timeout to wait longer)" +
-                        silent);
-      }
-      detail::check_mpi(rc, "MPI_Iallreduce", where);
+      native_wait(req, static_cast<std::size_t>(len) * sizeof(T), "MPI_Iallreduce",
+                  std::to_string(count) + " " + std::string(dtype_name(dtype_of<T>::value)), where,
+                  ctx.until);
     }
     kernels::finalize(data, count, size_, op);
+  }
+
+  /// gradsync::broadcast's native path (detail/native_collectives.hpp says when):
+  /// MPI_Ibcast of `bytes` from `root`, in chunks of at most max_message_bytes, each
+  /// polled under ctx.until.
+  void broadcast_native(std::byte* data, std::size_t bytes, std::size_t root,
+                        const call_context& ctx) {
+    const error_site where = native_site(ctx);
+    const std::size_t chunk = std::max<std::size_t>(1, opt_.max_message_bytes);
+    for (std::size_t off = 0; off < bytes; off += chunk) {
+      const int len = static_cast<int>(std::min(chunk, bytes - off));
+      MPI_Request req = MPI_REQUEST_NULL;
+      detail::check_mpi(MPI_Ibcast(data + off, len, MPI_BYTE, static_cast<int>(root), comm_, &req),
+                        "MPI_Ibcast", where);
+      native_wait(req, static_cast<std::size_t>(len), "MPI_Ibcast",
+                  std::to_string(bytes) + " bytes from rank " + std::to_string(root), where,
+                  ctx.until);
+    }
+  }
+  /// gradsync::allgather's native path: MPI_Iallgather of `bytes` per rank (at most
+  /// max_message_bytes: the caller picks the ring above), polled under ctx.until.
+  void allgather_native(const std::byte* in, std::byte* out, std::size_t bytes,
+                        const call_context& ctx) {
+    const error_site where = native_site(ctx);
+    const int len = static_cast<int>(bytes);
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::check_mpi(MPI_Iallgather(in, len, MPI_BYTE, out, len, MPI_BYTE, comm_, &req),
+                      "MPI_Iallgather", where);
+    native_wait(req, bytes, "MPI_Iallgather", std::to_string(bytes) + " bytes per rank", where,
+                ctx.until);
+  }
+  /// gradsync::reduce_scatter's native path: MPI_Ireduce_scatter_block of `count`
+  /// elements per rank (at most max_message_bytes of them), polled under ctx.until; the
+  /// types and ops of allreduce_native (avg: sums, then one division here).
+  template <class T, class Op>
+  void reduce_scatter_native(const T* in, T* out, std::size_t count, Op op,
+                             const call_context& ctx) {
+    check_element_type<T>();
+    check_op_for<T, Op>();
+    const error_site where = native_site(ctx);
+    const auto [type, mop] = ops_.template get<T, Op>(where);
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::check_mpi(
+        MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), type, mop, comm_, &req),
+        "MPI_Ireduce_scatter_block", where);
+    native_wait(
+        req, count * sizeof(T), "MPI_Ireduce_scatter_block",
+        std::to_string(count) + " " + std::string(dtype_name(dtype_of<T>::value)) + " per rank",
+        where, ctx.until);
+    kernels::finalize(out, count, size_, op);
   }
 
   /// Huge-page slabs this transport keeps for staging sends (mpi_stage.hpp), its

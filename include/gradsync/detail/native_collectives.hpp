@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// When gradsync::broadcast, allgather and reduce_scatter hand a flat transport's call to
+// the transport's own collective (transport::mpi: MPI_Ibcast, MPI_Iallgather,
+// MPI_Ireduce_scatter_block, polled under the call's deadline) instead of running
+// gradsync's algorithms over its messages. One rule for the three, by the bytes one rank
+// moves (broadcast: the message; allgather: the output; reduce_scatter: the input), so
+// every rank picks alike; the call's agreed header names the choice.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include "gradsync/algo/tuning.hpp"
+#include "gradsync/core/call.hpp"
+
+namespace gradsync::detail {
+
+/// Tr has MPI_Ibcast-like broadcast_native(data, bytes, root, ctx).
+template <class Tr>
+inline constexpr bool has_native_broadcast = requires(Tr& t, std::byte* p, std::size_t n,
+                                                      const call_context& c) {
+  t.broadcast_native(p, n, n, c);
+};
+/// Tr has MPI_Iallgather-like allgather_native(in, out, bytes per rank, ctx).
+template <class Tr>
+inline constexpr bool has_native_allgather = requires(Tr& t, const std::byte* i, std::byte* o,
+                                                      std::size_t n, const call_context& c) {
+  t.allgather_native(i, o, n, c);
+};
+/// Tr has MPI_Ireduce_scatter_block-like reduce_scatter_native<T, Op>.
+template <class Tr, class T, class Op>
+inline constexpr bool has_native_reduce_scatter = requires(Tr& t, const T* i, T* o, std::size_t n,
+                                                           Op op, const call_context& c) {
+  t.reduce_scatter_native(i, o, n, op, c);
+};
+
+/// The name a native call states in its header and stall notes.
+inline constexpr std::string_view native_collective_name = "native";
+
+/// Whether a collective moving `bytes` per rank runs natively on a transport that has it.
+constexpr bool use_native_collective(bool has, std::size_t bytes) {
+  return has && bytes < algo::tuning::native_collective_bytes;
+}
+
+}  // namespace gradsync::detail
