@@ -24,6 +24,7 @@
 #include "gradsync/check/consistency.hpp"
 #include "gradsync/check/two_levels.hpp"
 #include "gradsync/core/call.hpp"
+#include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/detail/host_collective.hpp"
@@ -145,6 +146,34 @@ std::size_t allgather(Tr& t, std::span<const T> in, std::span<T> out,
     return detail::allgather_levels(t, bytes_in, bytes_out, type, opt);
   } else {
     return detail::allgather_bytes(t, bytes_in, bytes_out, type, opt);
+  }
+}
+
+/// out := every rank's `in`, in device memory, enqueued on t's stream (returns without
+/// waiting; t.synchronize(deadline) waits). Tr: a device transport with its own allgather
+/// (transport::nccl: ncclAllGather).
+template <class Tr, class TIn, class T>
+requires std::is_same_v<std::remove_const_t<TIn>, T>
+void allgather(Tr& t, device_span<TIn> in, device_span<T> out, const call_options& opt = {}) {
+  detail::check_device_collective<Tr>();
+  static_assert(!device_transport<Tr> || detail::has_native_allgather<Tr>,
+                "gradsync::allgather on device memory needs a transport with its own "
+                "allgather: transport::nccl (cuda_ipc and mpi_device have none yet)");
+  if constexpr (device_transport<Tr> && detail::has_native_allgather<Tr>) {
+    check_element_type<T>();
+    detail::check_device_call(t, opt);
+    detail::check_blocks("allgather", "output", out.size(), "input", in.size(), t.size(), t.rank());
+    const call_context ctx = detail::begin_call(t, opt,
+                                                {"allgather",
+                                                 detail::native_collective_name,
+                                                 dtype_of<T>::value,
+                                                 reduce_op::sum,
+                                                 in.size(),
+                                                 {}});
+    if (!in.empty()) {
+      t.allgather_native(reinterpret_cast<const std::byte*>(in.data()),
+                         reinterpret_cast<std::byte*>(out.data()), in.size_bytes(), ctx);
+    }
   }
 }
 

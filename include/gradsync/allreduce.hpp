@@ -29,6 +29,7 @@
 #include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/core/stall.hpp"
+#include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/kernels/finite.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/two_level.hpp"
@@ -177,11 +178,7 @@ void allreduce(Tr& t, device_span<T> data, Op op, const call_options& opt = {}) 
                 "a device_span of non-const elements");
   if constexpr (device_transport<Tr>) {
     check_composition<A, Tr, std::remove_const_t<T>, Op>();
-    if (opt.verify) {
-      throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
-                  "call_options::verify (GRADSYNC_VERIFY=1) hashes results in host memory and "
-                  "this transport's buffers are device memory; unset it for device calls");
-    }
+    detail::check_device_call(t, opt);
     const call_context ctx = detail::begin_call(
         t, opt, {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}});
     if constexpr (detail::wants_native<A>) {

@@ -22,6 +22,7 @@
 #include "gradsync/check/two_levels.hpp"
 #include "gradsync/check/verify.hpp"
 #include "gradsync/core/call.hpp"
+#include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/detail/host_collective.hpp"
@@ -144,6 +145,35 @@ std::size_t broadcast(Tr& t, std::span<T> data, std::size_t root, const call_opt
   detail::check_host_collective<Tr>();
   return detail::broadcast_bytes(t, std::as_writable_bytes(data), root,
                                  dtype_of<std::remove_const_t<T>>::value, opt);
+}
+
+/// data := rank `root`'s data on every rank, in device memory, enqueued on t's stream
+/// (returns without waiting; t.synchronize(deadline) waits). Tr: a device transport with
+/// its own broadcast (transport::nccl: ncclBroadcast).
+template <class Tr, class T>
+void broadcast(Tr& t, device_span<T> data, std::size_t root, const call_options& opt = {}) {
+  detail::check_device_collective<Tr>();
+  static_assert(!std::is_const_v<T>,
+                "gradsync::broadcast writes the buffer of every rank but the root; pass a "
+                "device_span of non-const elements");
+  static_assert(!device_transport<Tr> || detail::has_native_broadcast<Tr>,
+                "gradsync::broadcast on device memory needs a transport with its own "
+                "broadcast: transport::nccl (cuda_ipc and mpi_device have none yet)");
+  if constexpr (device_transport<Tr> && detail::has_native_broadcast<Tr>) {
+    check_element_type<T>();
+    detail::check_device_call(t, opt);
+    const call_context ctx = detail::begin_call(t, opt,
+                                                {"broadcast",
+                                                 detail::native_collective_name,
+                                                 dtype_of<T>::value,
+                                                 reduce_op::sum,
+                                                 data.size(),
+                                                 {}});
+    detail::check_root(root, t.size(), t.rank(), ctx.seq);
+    if (!data.empty()) {
+      t.broadcast_native(reinterpret_cast<std::byte*>(data.data()), data.size_bytes(), root, ctx);
+    }
+  }
 }
 
 }  // namespace gradsync

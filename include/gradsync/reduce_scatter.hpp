@@ -24,6 +24,7 @@
 #include "gradsync/check/finite.hpp"
 #include "gradsync/check/two_levels.hpp"
 #include "gradsync/core/call.hpp"
+#include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
@@ -176,6 +177,36 @@ requires std::is_same_v<std::remove_const_t<TIn>, T> std::size_t reduce_scatter(
                 "reduce_scatter: input and output overlap; pass disjoint spans");
   }
   return detail::reduce_scatter_flat(t, std::span<const T>(in), out, op, opt);
+}
+
+/// out := block rank() of the reduction of every rank's `in`, in device memory, enqueued
+/// on t's stream (returns without waiting; t.synchronize(deadline) waits). Tr: a device
+/// transport with its own reduce_scatter (transport::nccl: ncclReduceScatter).
+template <class Tr, class TIn, class T, class Op>
+requires std::is_same_v<std::remove_const_t<TIn>, T>
+void reduce_scatter(Tr& t, device_span<TIn> in, device_span<T> out, Op op,
+                    const call_options& opt = {}) {
+  detail::check_device_collective<Tr>();
+  static_assert(!device_transport<Tr> || detail::has_native_reduce_scatter<Tr, T, Op>,
+                "gradsync::reduce_scatter on device memory needs a transport with its own "
+                "reduce_scatter: transport::nccl (cuda_ipc and mpi_device have none yet)");
+  if constexpr (device_transport<Tr> && detail::has_native_reduce_scatter<Tr, T, Op>) {
+    check_element_type<T>();
+    check_op_for<T, Op>();
+    detail::check_device_call(t, opt);
+    detail::check_blocks("reduce_scatter", "input", in.size(), "output", out.size(), t.size(),
+                         t.rank());
+    const call_context ctx = detail::begin_call(t, opt,
+                                                {"reduce_scatter",
+                                                 detail::native_collective_name,
+                                                 dtype_of<T>::value,
+                                                 Op::id,
+                                                 out.size(),
+                                                 {}});
+    if (!out.empty()) {
+      t.reduce_scatter_native(static_cast<const T*>(in.data()), out.data(), out.size(), op, ctx);
+    }
+  }
 }
 
 }  // namespace gradsync

@@ -2,9 +2,13 @@
 // transport::nccl on a GPU: algo::native (ncclAllReduce) and algo::nccl_ring give exact
 // results; with two or more GPUs (or NCCL accepting two ranks on one GPU) the ring and
 // native run on 2 ranks, bitwise identical across ranks, and a rank that never joins a
-// collective makes synchronize() time out and abort. Exits 77 without a GPU.
+// collective makes synchronize() time out and abort. broadcast, allgather and
+// reduce_scatter on device memory (ncclBroadcast, ncclAllGather, ncclReduceScatter) are
+// exact on 1 and 2 ranks; split() (ncclCommSplit) with reversed keys renumbers the ranks.
+// Exits 77 without a GPU.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -12,7 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include <gradsync/allgather.hpp>
 #include <gradsync/allreduce.hpp>
+#include <gradsync/broadcast.hpp>
+#include <gradsync/reduce_scatter.hpp>
 #include <gradsync/algo/native.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/nccl.hpp>
@@ -48,6 +55,59 @@ void check_exact(gs::transport::nccl& t, std::size_t count, Op op, const char* w
             "%s on %zu rank(s), rank %zu", what, t.size(), t.rank());
 }
 
+// Device buffer helpers for the other collectives.
+template <class T>
+T* to_device(const std::vector<T>& h) {
+  T* d = nullptr;
+  GRADSYNC_CUDA_CHECK(cudaMalloc(&d, std::max<std::size_t>(1, h.size()) * sizeof(T)));
+  GRADSYNC_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+template <class T>
+std::vector<T> to_host(const T* d, std::size_t n) {
+  std::vector<T> h(n);
+  GRADSYNC_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// broadcast from every root, reduce_scatter of m elements per rank, then allgather of the
+// results: exact (fill_inputs' sums) on every rank.
+void other_collectives(gs::transport::nccl& t, std::size_t m) {
+  const std::size_t n = t.size(), r = t.rank();
+  GRADSYNC_CUDA_CHECK(cudaSetDevice(t.device()));
+  for (std::size_t root = 0; root < n; ++root) {
+    std::vector<std::int32_t> h(m);
+    for (std::size_t i = 0; i < m; ++i) h[i] = r == root ? static_cast<std::int32_t>(i + root) : -1;
+    std::int32_t* d = to_device(h);
+    gs::broadcast(t, gs::device_span<std::int32_t>(d, m), root);
+    t.synchronize(gs::deadline::after(gs::seconds_d{60}));
+    h = to_host(d, m);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < m; ++i) wrong += h[i] != static_cast<std::int32_t>(i + root);
+    GPU_CHECK(wrong == 0, "broadcast from %zu: %zu wrong on rank %zu", root, wrong, r);
+    cudaFree(d);
+  }
+  std::vector<float> in(n * m);
+  gs::testing::fill_inputs(std::span<float>(in), gs::reduce_op::sum, r, n);
+  float* din = to_device(in);
+  float* dout = to_device(std::vector<float>(m));
+  float* dall = to_device(std::vector<float>(n * m));
+  gs::reduce_scatter(t, gs::device_span<const float>(din, n * m), gs::device_span<float>(dout, m),
+                     gs::op::sum);
+  gs::allgather(t, gs::device_span<const float>(dout, m), gs::device_span<float>(dall, n * m));
+  t.synchronize(gs::deadline::after(gs::seconds_d{60}));
+  const auto out = to_host(dout, m);
+  const auto all = to_host(dall, n * m);
+  GPU_CHECK(
+      gs::testing::count_wrong(std::span<const float>(out), gs::reduce_op::sum, n, r * m) == 0,
+      "reduce_scatter on rank %zu", r);
+  GPU_CHECK(gs::testing::count_wrong(std::span<const float>(all), gs::reduce_op::sum, n) == 0,
+            "allgather on rank %zu", r);
+  cudaFree(din);
+  cudaFree(dout);
+  cudaFree(dall);
+}
+
 void one_rank() {
   const int dev = 0;
   auto comms = gs::transport::nccl_comms_for_devices(std::span<const int>(&dev, 1));
@@ -56,6 +116,7 @@ void one_rank() {
   check_exact<gs::algo::native, gs::bfloat16>(t, 1 << 20, gs::op::avg, "native bf16 avg");
   check_exact<gs::algo::native, std::int64_t>(t, 1000, gs::op::max, "native int64 max");
   check_exact<gs::algo::nccl_ring, float>(t, 12345, gs::op::avg, "nccl_ring float avg");
+  other_collectives(t, 100003);
 }
 
 // Two ranks as threads of this process; returns false if NCCL refused the setup.
@@ -81,6 +142,13 @@ bool two_ranks(const std::vector<int>& devs) {
         check_exact<gs::algo::native, double>(t, 4097, gs::op::prod, "native double prod");
         const auto h = run_case<gs::algo::nccl_ring, float>(t, 999999, gs::op::min);
         hash[static_cast<std::size_t>(r)] = gs::testing::fnv1a64(h.data(), h.size() * 4);
+        other_collectives(t, (1 << 20) + 3);
+        {  // split with reversed keys: rank 0 becomes rank 1 of the new communicator
+          gs::transport::nccl sub = t.split(0, -r, gs::deadline::after(gs::seconds_d{60}));
+          GPU_CHECK(sub.size() == 2 && sub.rank() == static_cast<std::size_t>(1 - r),
+                    "split: rank %d became %zu of %zu", r, sub.rank(), sub.size());
+          check_exact<gs::algo::native, float>(sub, 4099, gs::op::sum, "native on the split");
+        }
         // Deadline path: rank 1 skips a collective, rank 0 must time out and abort.
         if (r == 0) {
           float* d = nullptr;

@@ -20,8 +20,9 @@ constexpr void check_host_collective() {
                 "gradsync::broadcast / allgather / reduce_scatter: the transport must satisfy "
                 "gradsync::transport_policy (local, shm, mpi) or be a transport::two_level");
   static_assert(Tr::memory == memory_space::host,
-                "gradsync::broadcast / allgather / reduce_scatter: host memory only for now; on "
-                "device buffers use NCCL's ncclBroadcast, ncclAllGather, ncclReduceScatter");
+                "gradsync::broadcast / allgather / reduce_scatter: this transport moves device "
+                "memory and a std::span means host memory; wrap the GPU buffer in "
+                "gradsync::device_span<T>{ptr, count} (transport::nccl runs them on device)");
 }
 
 /// Throws errc::invalid_argument unless `whole` has n x `block` elements: "allgather: the

@@ -4,14 +4,18 @@
 // MPI_Ireduce_scatter_block, polled under the call's deadline) instead of running
 // gradsync's algorithms over its messages. One rule for the three, by the bytes one rank
 // moves (broadcast: the message; allgather: the output; reduce_scatter: the input), so
-// every rank picks alike; the call's agreed header names the choice.
+// every rank picks alike; the call's agreed header names the choice. On device memory
+// (transport::nccl) the native collective is the only one.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/core/call.hpp"
+#include "gradsync/core/error.hpp"
+#include "gradsync/transport/concept.hpp"
 
 namespace gradsync::detail {
 
@@ -40,6 +44,27 @@ inline constexpr std::string_view native_collective_name = "native";
 /// Whether a collective moving `bytes` per rank runs natively on a transport that has it.
 constexpr bool use_native_collective(bool has, std::size_t bytes) {
   return has && bytes < algo::tuning::native_collective_bytes;
+}
+
+/// Fails the build unless Tr moves device memory (a device_span given to a host
+/// transport).
+template <class Tr>
+constexpr void check_device_collective() {
+  static_assert(device_transport<Tr>,
+                "gradsync: device memory (gradsync::device_span) given to a host transport; "
+                "use transport::nccl for device buffers, or copy to host memory and pass a "
+                "std::span");
+}
+
+/// The rule of every device-memory call: call_options::verify hashes results in host
+/// memory, so it is refused rather than silently skipped.
+template <class Tr>
+void check_device_call(const Tr& t, const call_options& opt) {
+  if (opt.verify) {
+    throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
+                "call_options::verify (GRADSYNC_VERIFY=1) hashes results in host memory and "
+                "this transport's buffers are device memory; unset it for device calls");
+  }
 }
 
 }  // namespace gradsync::detail

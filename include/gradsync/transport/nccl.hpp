@@ -83,6 +83,28 @@ constexpr ncclRedOp_t op() {
   }
   return ncclSum;
 }
+/// Waits until non-blocking communicator `comm` (just created or split) is ready, or
+/// aborts it and throws: errc::transport when NCCL reports a failure, errc::timeout at
+/// `until` (`what` names the call and, in the hint, what the other ranks must do).
+inline void wait_ready(ncclComm_t comm, deadline until, std::size_t rank, const std::string& what,
+                       const std::string& hint) {
+  const auto fail = [&](const std::string& why, errc code) {
+    if (comm) ncclCommAbort(comm);
+    throw error(code, {rank, error_site::npos, ~0ull}, why);
+  };
+  for (;;) {
+    ncclResult_t st = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) st = ncclInternalError;
+    if (st == ncclSuccess) return;
+    if (st != ncclInProgress) {
+      fail(what + " failed: " + ncclGetErrorString(st) + ": " + ncclGetLastError(comm),
+           errc::transport);
+    }
+    if (until.expired())
+      fail(what + " did not finish before the deadline (" + hint + ")", errc::timeout);
+    std::this_thread::yield();
+  }
+}
 }  // namespace nccl_detail
 
 class nccl {
@@ -183,6 +205,56 @@ class nccl {
                         stream_),
           "ncclAllReduce", ctx.seq);
     progress(ctx.until, "ncclAllReduce", ctx.seq);
+  }
+
+  /// gradsync::broadcast's device path: ncclBroadcast in place on stream().
+  void broadcast_native(std::byte* data, std::size_t bytes, std::size_t root,
+                        const call_context& ctx) {
+    usable(ctx.seq);
+    select_device();
+    check(ncclBroadcast(data, data, bytes, ncclUint8, static_cast<int>(root), comm_, stream_),
+          "ncclBroadcast", ctx.seq);
+    progress(ctx.until, "ncclBroadcast", ctx.seq);
+  }
+  /// gradsync::allgather's device path: ncclAllGather of `bytes` per rank on stream().
+  void allgather_native(const std::byte* in, std::byte* out, std::size_t bytes,
+                        const call_context& ctx) {
+    usable(ctx.seq);
+    select_device();
+    check(ncclAllGather(in, out, bytes, ncclUint8, comm_, stream_), "ncclAllGather", ctx.seq);
+    progress(ctx.until, "ncclAllGather", ctx.seq);
+  }
+  /// gradsync::reduce_scatter's device path: ncclReduceScatter of `count` elements per
+  /// rank on stream() (op::avg: ncclAvg).
+  template <class T, class Op>
+  void reduce_scatter_native(const T* in, T* out, std::size_t count, Op, const call_context& ctx) {
+    usable(ctx.seq);
+    select_device();
+    check(ncclReduceScatter(in, out, count, nccl_detail::dtype<T>(), nccl_detail::op<Op>(), comm_,
+                            stream_),
+          "ncclReduceScatter", ctx.seq);
+    progress(ctx.until, "ncclReduceScatter", ctx.seq);
+  }
+
+  /// The ranks that pass the same `color` (>= 0) form a new transport::nccl on this
+  /// device, over a non-blocking communicator from ncclCommSplit (ordered by key, then
+  /// rank; collective over this transport, within `d`), with a stream of its own. This
+  /// transport stays usable alongside it.
+  nccl split(int color, int key, deadline d = deadline::after(default_timeout())) {
+    if (color < 0) {
+      throw error(errc::invalid_argument, {rank_, error_site::npos, ~0ull},
+                  "split color must be >= 0 (every rank joins exactly one group)");
+    }
+    usable(~0ull);
+    select_device();
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t c = nullptr;
+    const ncclResult_t r = ncclCommSplit(comm_, color, key, &c, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) check(r, "ncclCommSplit");
+    nccl_detail::wait_ready(c, d, rank_, "ncclCommSplit",
+                            "are all " + std::to_string(size_) + " ranks calling split?");
+    return nccl(c, device_);
   }
 
   /// Waits until everything enqueued on stream() has finished, or aborts the
@@ -322,22 +394,9 @@ inline ncclComm_t nccl_init_rank(const ncclUniqueId& id, int size, int rank, dea
              ncclGetLastError(nullptr),
          errc::transport);
   }
-  for (;;) {
-    ncclResult_t st = ncclSuccess;
-    if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) st = ncclInternalError;
-    if (st == ncclSuccess) return comm;
-    if (st != ncclInProgress) {
-      fail(std::string("NCCL communicator creation failed: ") + ncclGetErrorString(st) + ": " +
-               ncclGetLastError(comm),
-           errc::transport);
-    }
-    if (until.expired()) {
-      fail("NCCL communicator creation did not finish before the deadline (are all " +
-               std::to_string(size) + " ranks calling it?)",
-           errc::timeout);
-    }
-    std::this_thread::yield();
-  }
+  nccl_detail::wait_ready(comm, until, static_cast<std::size_t>(rank), "NCCL communicator creation",
+                          "are all " + std::to_string(size) + " ranks calling it?");
+  return comm;
 }
 
 }  // namespace gradsync::transport
