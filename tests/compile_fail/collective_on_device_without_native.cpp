@@ -7,4 +7,6 @@ struct device_like : gs::transport::local {  // stands in for cuda_ipc or mpi_de
   static constexpr gs::memory_space memory = gs::memory_space::device;
   void synchronize(gs::deadline) {}
 };
-void f(device_like& t, float* d) { gs::broadcast(t, gs::device_span<float>(d, 10), 0); }
+void f(device_like& t, float* d) {
+  gs::broadcast(t, gs::device_span<float>(d, 10), 0);
+}

@@ -287,7 +287,7 @@ class mpi {
   }
   // A native collective's error site; refuses the call once one is stuck inside MPI.
   error_site native_site(const call_context& ctx) const {
-    const error_site where{rank_, error_site::npos, ctx.seq};
+    error_site where{rank_, error_site::npos, ctx.seq};
     if (native_stuck_) {
       throw error(errc::transport, where,
                   "an earlier native collective on this transport timed out and is still "

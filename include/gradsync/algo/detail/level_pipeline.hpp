@@ -23,7 +23,11 @@ class level_pipeline {
   /// `across(i)` runs piece i's cross-node part on the helper, once ready(i) was called.
   level_pipeline(levels& t, std::function<void(std::size_t)> across)
       : paused_(t), worker_(std::move(across), [&t] {
-          if constexpr (levels::can_serve) (void)t.inter().serve_peers(t.node_wait());
+          if constexpr (levels::can_serve) {
+            (void)t.inter().serve_peers(t.node_wait());
+          } else {
+            (void)t;  // nothing to serve for these levels
+          }
         }) {}
 
   /// Pieces 0..i may cross now.
