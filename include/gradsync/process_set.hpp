@@ -27,6 +27,7 @@
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/kernels/hash.hpp"
+#include "gradsync/transport/concept.hpp"
 
 namespace gradsync {
 
@@ -39,14 +40,17 @@ concept splittable_transport = requires(Tr& t, const Tr& ct) {
   { t.split(0, 0) } -> std::same_as<Tr>;       // the sub-group of a colour
 };
 
-/// The ranks `ranks` of `parent` (Tr: a splittable_transport; the device transports have
-/// no split yet) as a group with its own transport.
+/// The ranks `ranks` of `parent` (Tr: a host-memory splittable_transport) as a group with
+/// its own transport.
 template <class Tr>
 class process_set {
   static_assert(splittable_transport<Tr>,
                 "gradsync::process_set: this transport has no split(color, key); use "
-                "transport::local, shm, mpi or two_level of those (the device transports "
-                "cannot form sub-groups yet)");
+                "transport::local, shm, mpi or two_level of those");
+  static_assert(
+      !requires { Tr::memory; } || Tr::memory == memory_space::host,
+      "gradsync::process_set compares the lists through a host-memory allgather; "
+      "on a device transport (transport::nccl) call t.split(color, key) directly");
 
  public:
   /// Collective over every rank of `parent`, within `d`: each passes the same list of
