@@ -296,6 +296,15 @@ class mpi {
     }
     return where;
   }
+  // A count for one MPI call, or invalid_argument when it exceeds int.
+  static int one_call_count(std::size_t count, const char* call, const error_site& where) {
+    if (count > static_cast<std::size_t>(INT_MAX)) {
+      throw error(errc::invalid_argument, where,
+                  std::string(call) + " of " + std::to_string(count) +
+                      " elements exceeds one MPI call's int count");
+    }
+    return static_cast<int>(count);
+  }
   // Polls one native collective (`call` of `what`) until `until`. MPI forbids cancelling
   // or freeing a nonblocking collective: a timed-out one is kept until it completes (if
   // the late ranks ever join) and further native calls are refused.
@@ -466,12 +475,13 @@ class mpi {
                   ctx.until);
     }
   }
-  /// gradsync::allgather's native path: MPI_Iallgather of `bytes` per rank (at most
-  /// max_message_bytes: the caller picks the ring above), polled under ctx.until.
+  /// gradsync::allgather's native path: MPI_Iallgather of `bytes` per rank (one call:
+  /// gradsync::allgather sends only small ones here, see detail/native_collectives.hpp),
+  /// polled under ctx.until.
   void allgather_native(const std::byte* in, std::byte* out, std::size_t bytes,
                         const call_context& ctx) {
     const error_site where = native_site(ctx);
-    const int len = static_cast<int>(bytes);
+    const int len = one_call_count(bytes, "MPI_Iallgather", where);
     MPI_Request req = MPI_REQUEST_NULL;
     detail::check_mpi(MPI_Iallgather(in, len, MPI_BYTE, out, len, MPI_BYTE, comm_, &req),
                       "MPI_Iallgather", where);
@@ -479,7 +489,7 @@ class mpi {
                 ctx.until);
   }
   /// gradsync::reduce_scatter's native path: MPI_Ireduce_scatter_block of `count`
-  /// elements per rank (at most max_message_bytes of them), polled under ctx.until; the
+  /// elements per rank (one call, like allgather_native), polled under ctx.until; the
   /// types and ops of allreduce_native (avg: sums, then one division here).
   template <class T, class Op>
   void reduce_scatter_native(const T* in, T* out, std::size_t count, Op op,
@@ -489,9 +499,9 @@ class mpi {
     const error_site where = native_site(ctx);
     const auto [type, mop] = ops_.template get<T, Op>(where);
     MPI_Request req = MPI_REQUEST_NULL;
-    detail::check_mpi(
-        MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), type, mop, comm_, &req),
-        "MPI_Ireduce_scatter_block", where);
+    const int len = one_call_count(count, "MPI_Ireduce_scatter_block", where);
+    detail::check_mpi(MPI_Ireduce_scatter_block(in, out, len, type, mop, comm_, &req),
+                      "MPI_Ireduce_scatter_block", where);
     native_wait(
         req, count * sizeof(T), "MPI_Ireduce_scatter_block",
         std::to_string(count) + " " + std::string(dtype_name(dtype_of<T>::value)) + " per rank",
