@@ -161,15 +161,14 @@ void allgather(Tr& t, device_span<TIn> in, device_span<T> out, const call_option
                 "allgather: transport::nccl (cuda_ipc and mpi_device have none yet)");
   if constexpr (device_transport<Tr> && detail::has_native_allgather<Tr>) {
     check_element_type<T>();
-    detail::check_device_call(t, opt);
     detail::check_blocks("allgather", "output", out.size(), "input", in.size(), t.size(), t.rank());
-    const call_context ctx = detail::begin_call(t, opt,
-                                                {"allgather",
-                                                 detail::native_collective_name,
-                                                 dtype_of<T>::value,
-                                                 reduce_op::sum,
-                                                 in.size(),
-                                                 {}});
+    const call_context ctx = detail::begin_device_call(t, opt,
+                                                       {"allgather",
+                                                        detail::native_collective_name,
+                                                        dtype_of<T>::value,
+                                                        reduce_op::sum,
+                                                        in.size(),
+                                                        {}});
     if (!in.empty()) {
       t.allgather_native(reinterpret_cast<const std::byte*>(in.data()),
                          reinterpret_cast<std::byte*>(out.data()), in.size_bytes(), ctx);

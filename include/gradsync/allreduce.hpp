@@ -47,6 +47,19 @@ call_context begin_call(Tr& t, const call_options& opt, call_note note = {}) {
   if (opt.recorder) opt.recorder->enter(seq, note);
   return {opt.make_deadline(), seq, data_tag(seq)};
 }
+
+/// begin_call for a call on device memory, after the rule every such call shares:
+/// call_options::verify hashes results in host memory, so it is refused rather than
+/// silently skipped.
+template <class Tr>
+call_context begin_device_call(Tr& t, const call_options& opt, call_note note) {
+  if (opt.verify) {
+    throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
+                "call_options::verify (GRADSYNC_VERIFY=1) hashes results in host memory and "
+                "this transport's buffers are device memory; unset it for device calls");
+  }
+  return begin_call(t, opt, note);
+}
 }  // namespace detail
 
 namespace detail {
@@ -178,8 +191,7 @@ void allreduce(Tr& t, device_span<T> data, Op op, const call_options& opt = {}) 
                 "a device_span of non-const elements");
   if constexpr (device_transport<Tr>) {
     check_composition<A, Tr, std::remove_const_t<T>, Op>();
-    detail::check_device_call(t, opt);
-    const call_context ctx = detail::begin_call(
+    const call_context ctx = detail::begin_device_call(
         t, opt, {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}});
     if constexpr (detail::wants_native<A>) {
       if (!data.empty()) t.allreduce_native(data.data(), data.size(), op, ctx);

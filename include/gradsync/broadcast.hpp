@@ -161,14 +161,13 @@ void broadcast(Tr& t, device_span<T> data, std::size_t root, const call_options&
                 "broadcast: transport::nccl (cuda_ipc and mpi_device have none yet)");
   if constexpr (device_transport<Tr> && detail::has_native_broadcast<Tr>) {
     check_element_type<T>();
-    detail::check_device_call(t, opt);
-    const call_context ctx = detail::begin_call(t, opt,
-                                                {"broadcast",
-                                                 detail::native_collective_name,
-                                                 dtype_of<T>::value,
-                                                 reduce_op::sum,
-                                                 data.size(),
-                                                 {}});
+    const call_context ctx = detail::begin_device_call(t, opt,
+                                                       {"broadcast",
+                                                        detail::native_collective_name,
+                                                        dtype_of<T>::value,
+                                                        reduce_op::sum,
+                                                        data.size(),
+                                                        {}});
     detail::check_root(root, t.size(), t.rank(), ctx.seq);
     if (!data.empty()) {
       t.broadcast_native(reinterpret_cast<std::byte*>(data.data()), data.size_bytes(), root, ctx);

@@ -193,16 +193,15 @@ void reduce_scatter(Tr& t, device_span<TIn> in, device_span<T> out, Op op,
   if constexpr (device_transport<Tr> && detail::has_native_reduce_scatter<Tr, T, Op>) {
     check_element_type<T>();
     check_op_for<T, Op>();
-    detail::check_device_call(t, opt);
     detail::check_blocks("reduce_scatter", "input", in.size(), "output", out.size(), t.size(),
                          t.rank());
-    const call_context ctx = detail::begin_call(t, opt,
-                                                {"reduce_scatter",
-                                                 detail::native_collective_name,
-                                                 dtype_of<T>::value,
-                                                 Op::id,
-                                                 out.size(),
-                                                 {}});
+    const call_context ctx = detail::begin_device_call(t, opt,
+                                                       {"reduce_scatter",
+                                                        detail::native_collective_name,
+                                                        dtype_of<T>::value,
+                                                        Op::id,
+                                                        out.size(),
+                                                        {}});
     if (!out.empty()) {
       t.reduce_scatter_native(static_cast<const T*>(in.data()), out.data(), out.size(), op, ctx);
     }

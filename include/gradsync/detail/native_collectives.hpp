@@ -9,12 +9,10 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <string_view>
 
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/core/call.hpp"
-#include "gradsync/core/error.hpp"
 #include "gradsync/transport/concept.hpp"
 
 namespace gradsync::detail {
@@ -54,17 +52,6 @@ constexpr void check_device_collective() {
                 "gradsync: device memory (gradsync::device_span) given to a host transport; "
                 "use transport::nccl for device buffers, or copy to host memory and pass a "
                 "std::span");
-}
-
-/// The rule of every device-memory call: call_options::verify hashes results in host
-/// memory, so it is refused rather than silently skipped.
-template <class Tr>
-void check_device_call(const Tr& t, const call_options& opt) {
-  if (opt.verify) {
-    throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
-                "call_options::verify (GRADSYNC_VERIFY=1) hashes results in host memory and "
-                "this transport's buffers are device memory; unset it for device calls");
-  }
 }
 
 }  // namespace gradsync::detail

@@ -199,41 +199,33 @@ class nccl {
   /// every rank since each element is finalized once and then broadcast).
   template <class T, class Op>
   void allreduce_native(T* data, std::size_t count, Op, const call_context& ctx) {
-    usable(ctx.seq);
-    select_device();
-    check(ncclAllReduce(data, data, count, nccl_detail::dtype<T>(), nccl_detail::op<Op>(), comm_,
-                        stream_),
-          "ncclAllReduce", ctx.seq);
-    progress(ctx.until, "ncclAllReduce", ctx.seq);
+    enqueue("ncclAllReduce", ctx, [&] {
+      return ncclAllReduce(data, data, count, nccl_detail::dtype<T>(), nccl_detail::op<Op>(), comm_,
+                           stream_);
+    });
   }
 
   /// gradsync::broadcast's device path: ncclBroadcast in place on stream().
   void broadcast_native(std::byte* data, std::size_t bytes, std::size_t root,
                         const call_context& ctx) {
-    usable(ctx.seq);
-    select_device();
-    check(ncclBroadcast(data, data, bytes, ncclUint8, static_cast<int>(root), comm_, stream_),
-          "ncclBroadcast", ctx.seq);
-    progress(ctx.until, "ncclBroadcast", ctx.seq);
+    enqueue("ncclBroadcast", ctx, [&] {
+      return ncclBroadcast(data, data, bytes, ncclUint8, static_cast<int>(root), comm_, stream_);
+    });
   }
   /// gradsync::allgather's device path: ncclAllGather of `bytes` per rank on stream().
   void allgather_native(const std::byte* in, std::byte* out, std::size_t bytes,
                         const call_context& ctx) {
-    usable(ctx.seq);
-    select_device();
-    check(ncclAllGather(in, out, bytes, ncclUint8, comm_, stream_), "ncclAllGather", ctx.seq);
-    progress(ctx.until, "ncclAllGather", ctx.seq);
+    enqueue("ncclAllGather", ctx,
+            [&] { return ncclAllGather(in, out, bytes, ncclUint8, comm_, stream_); });
   }
   /// gradsync::reduce_scatter's device path: ncclReduceScatter of `count` elements per
   /// rank on stream() (op::avg: ncclAvg).
   template <class T, class Op>
   void reduce_scatter_native(const T* in, T* out, std::size_t count, Op, const call_context& ctx) {
-    usable(ctx.seq);
-    select_device();
-    check(ncclReduceScatter(in, out, count, nccl_detail::dtype<T>(), nccl_detail::op<Op>(), comm_,
-                            stream_),
-          "ncclReduceScatter", ctx.seq);
-    progress(ctx.until, "ncclReduceScatter", ctx.seq);
+    enqueue("ncclReduceScatter", ctx, [&] {
+      return ncclReduceScatter(in, out, count, nccl_detail::dtype<T>(), nccl_detail::op<Op>(),
+                               comm_, stream_);
+    });
   }
 
   /// The ranks that pass the same `color` (>= 0) form a new transport::nccl on this
@@ -307,6 +299,17 @@ class nccl {
                   "the NCCL communicator was aborted after an earlier failure or timeout; "
                   "create a new transport");
     }
+  }
+
+  // One collective on stream(): refused after an abort, posted on this device by
+  // `post` (which returns NCCL's result), and its non-blocking enqueue driven to the end
+  // by ctx.until.
+  template <class Post>
+  void enqueue(const char* what, const call_context& ctx, Post&& post) {
+    usable(ctx.seq);
+    select_device();
+    check(post(), what, ctx.seq);
+    progress(ctx.until, what, ctx.seq);
   }
 
   // Non-blocking communicators return ncclInProgress; poll until done or the deadline.
