@@ -16,6 +16,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "gradsync/algo/allgather_direct.hpp"
 #include "gradsync/algo/allgather_ring.hpp"
 #include "gradsync/algo/detail/level_pipeline.hpp"
 #include "gradsync/algo/detail/partition.hpp"
@@ -37,21 +38,28 @@ namespace gradsync {
 
 namespace detail {
 /// The allgather of bytes over one flat transport, its call numbered and checked: the
-/// transport's native allgather where detail/native_collectives.hpp says so, else the
-/// ring. Returns the bytes sent (native: (n - 1) blocks, the least any algorithm sends).
+/// transport's native allgather where detail/native_collectives.hpp says so, the direct
+/// one on a peer-memory transport, else the ring. Returns the bytes sent (native: (n - 1)
+/// blocks, the least any algorithm sends).
 template <transport_policy Tr>
 std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std::byte> out,
                             dtype type, const call_options& opt) {
   const bool native = use_native_collective(has_native_allgather<Tr>, out.size());
-  const std::string_view name = native ? native_collective_name : algo::allgather_ring::name;
+  const std::string_view name = has_direct_collectives<Tr> ? algo::allgather_direct::name
+                                : native                   ? native_collective_name
+                                                           : algo::allgather_ring::name;
   const std::size_t count = in.size() / dtype_size(type);
   const call_context ctx = begin_call(t, opt, {"allgather", name, type, reduce_op::sum, count, {}});
   std::size_t sent = 0;
   recorded(
       opt, ctx.seq,
       [&] {
-        agree_if_checked(t, opt, call_header::make(ctx.seq, count, type, reduce_op::sum, name),
-                         ctx.until, same_rank{}, "allgather");
+        const call_header h = call_header::make(ctx.seq, count, type, reduce_op::sum, name);
+        if constexpr (has_direct_collectives<Tr>) {  // its header round is the agreement
+          sent = algo::allgather_direct::run(t, in, out, h, ctx);
+          return;
+        }
+        agree_if_checked(t, opt, h, ctx.until, same_rank{}, "allgather");
         if constexpr (has_native_allgather<Tr>) {
           if (native) {
             t.allgather_native(in.data(), out.data(), in.size(), ctx);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gradsync/algo/broadcast_chain.hpp"
+#include "gradsync/algo/broadcast_direct.hpp"
 #include "gradsync/algo/broadcast_tree.hpp"
 #include "gradsync/allreduce.hpp"
 #include "gradsync/check/consistency.hpp"
@@ -36,8 +37,10 @@ namespace gradsync {
 namespace detail {
 /// The broadcast algorithm for `bytes` over `n` ranks of Tr (the same choice on every
 /// rank): Tr's native broadcast (detail/native_collectives.hpp), the chain or the tree.
+/// `flat`: a call of its own, where a peer-memory transport reads the root's memory.
 template <class Tr>
-std::string_view broadcast_algo(std::size_t bytes, std::size_t n) {
+std::string_view broadcast_algo(std::size_t bytes, std::size_t n, bool flat = false) {
+  if (flat && has_direct_collectives<Tr>) return algo::broadcast_direct::name;
   if (use_native_collective(has_native_broadcast<Tr>, bytes)) return native_collective_name;
   return bytes >= algo::broadcast_chain::min_bytes && n > 2 ? algo::broadcast_chain::name
                                                             : algo::broadcast_tree::name;
@@ -80,17 +83,23 @@ template <transport_policy Tr>
 std::size_t broadcast_bytes(Tr& t, std::span<std::byte> data, std::size_t root, dtype type,
                             const call_options& opt) {
   const std::size_t count = data.size() / dtype_size(type);
-  const std::string_view algo_name = broadcast_algo<Tr>(data.size(), t.size());
+  const std::string_view algo_name = broadcast_algo<Tr>(data.size(), t.size(), true);
   const call_context ctx =
       begin_call(t, opt, {"broadcast", algo_name, type, reduce_op::sum, count, {}});
   std::size_t sent = 0;
   recorded(
       opt, ctx.seq,
       [&] {
-        agree_if_checked(t, opt, broadcast_header(ctx.seq, count, type, algo_name, root), ctx.until,
-                         same_rank{}, "broadcast");
-        check_root(root, t.size(), t.rank(), ctx.seq);
-        sent = run_broadcast(t, data, root, ctx);
+        const call_header h = broadcast_header(ctx.seq, count, type, algo_name, root);
+        if constexpr (has_direct_collectives<Tr>) {  // its header round is the agreement
+          sent = algo::broadcast_direct::run(t, data, root, h, ctx, [&](std::size_t q) {
+            check_root(q, t.size(), t.rank(), ctx.seq);
+          });
+        } else {
+          agree_if_checked(t, opt, h, ctx.until, same_rank{}, "broadcast");
+          check_root(root, t.size(), t.rank(), ctx.seq);
+          sent = run_broadcast(t, data, root, ctx);
+        }
         if (opt.verify) {
           verify_result(t, ctx.seq, data.data(), data.size(), ctx.until, same_rank{}, "broadcast");
         }

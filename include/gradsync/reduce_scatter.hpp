@@ -17,6 +17,7 @@
 
 #include "gradsync/algo/detail/level_pipeline.hpp"
 #include "gradsync/algo/detail/partition.hpp"
+#include "gradsync/algo/reduce_scatter_direct.hpp"
 #include "gradsync/algo/reduce_scatter_ring.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/allreduce.hpp"
@@ -54,7 +55,9 @@ std::size_t reduce_scatter_flat(Tr& t, std::span<const T> in, std::span<T> out, 
                                 const call_options& opt) {
   const bool native =
       use_native_collective(has_native_reduce_scatter<Tr, T, Op>, in.size() * sizeof(T));
-  const std::string_view name = native ? native_collective_name : rs_algo::name;
+  const std::string_view name = has_direct_collectives<Tr> ? algo::reduce_scatter_direct::name
+                                : native                   ? native_collective_name
+                                                           : rs_algo::name;
   const call_context ctx =
       begin_call(t, opt, {"reduce_scatter", name, dtype_of<T>::value, Op::id, out.size(), {}});
   const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
@@ -62,12 +65,19 @@ std::size_t reduce_scatter_flat(Tr& t, std::span<const T> in, std::span<T> out, 
   recorded(
       opt, ctx.seq,
       [&] {
-        agree_if_checked(t, opt, reduce_scatter_header<T, Op>(ctx.seq, out.size(), name, finite),
-                         ctx.until, same_rank{}, "reduce_scatter");
-        if (finite) {
-          agree_finite(t, find_non_finite(t, t.rank(), in.data(), in.size()), ctx.until,
-                       [](std::size_t) { return std::string("its input"); });
+        const call_header h = reduce_scatter_header<T, Op>(ctx.seq, out.size(), name, finite);
+        auto check_inputs = [&] {
+          if (finite) {
+            agree_finite(t, find_non_finite(t, t.rank(), in.data(), in.size()), ctx.until,
+                         [](std::size_t) { return std::string("its input"); });
+          }
+        };
+        if constexpr (has_direct_collectives<Tr>) {  // its header round is the agreement
+          sent = algo::reduce_scatter_direct::run(t, in, out, op, h, ctx, check_inputs);
+          return;
         }
+        agree_if_checked(t, opt, h, ctx.until, same_rank{}, "reduce_scatter");
+        check_inputs();
         if constexpr (has_native_reduce_scatter<Tr, T, Op>) {
           if (native) {  // reports (n - 1) blocks, the least any algorithm sends
             t.reduce_scatter_native(in.data(), out.data(), out.size(), op, ctx);

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // broadcast, reduce_scatter and allgather over transport::shm with 1..6 forked processes:
-// exact results, every root, counts 0, 1, odd and past the chain's threshold (several
-// segments in flight), bitwise identity across ranks for broadcast and allgather.
+// exact results, every root, counts 0, 1, odd and past one staged piece (several pieces
+// through alternating halves), bitwise identity across ranks for broadcast and allgather;
+// registered buffers read in place, equal to the staged path; mismatched calls and a NaN
+// under check_finite failing every rank by name, the transport usable afterwards.
 #include <doctest/doctest.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string>
 #include <thread>
@@ -105,7 +108,175 @@ void collectives_on(std::size_t n) {
   CHECK(out[0].records.size() == 3 * 4 * n + 4 * 4);
 }
 
+// Each collective on ordinary vectors and on heap buffers (shm::allocate) holding the same
+// inputs; `plain_rank` keeps ordinary vectors (everyone stages then, or for broadcast when
+// it is the root). Reports errors against the exact result, plus 1 if the registered
+// result's bits differ from the staged one.
+template <class T, class Op>
+void registered_case(gs::transport::shm& t, rank_env& env, std::size_t m, std::size_t plain_rank) {
+  const std::size_t n = t.size(), r = t.rank();
+  const bool reg = r != plain_rank;
+  auto heap_or_vector = [&](std::vector<T>& backing, gs::transport::shm::buffer<T>& buf,
+                            std::size_t count) -> std::span<T> {
+    if (reg) {
+      buf = t.allocate<T>(count);
+      return buf.span();
+    }
+    backing.resize(count);
+    return backing;
+  };
+  const std::string tag = std::string(gs::dtype_name(gs::dtype_of<T>::value)) + "/" +
+                          std::to_string(m) + (plain_rank < n ? "/mixed" : "/all");
+  {  // reduce_scatter, then allgather of its result
+    std::vector<T> in(n * m), out(m), all(n * m), b_in, b_out, b_all;
+    gs::transport::shm::buffer<T> h_in, h_out, h_all;
+    std::span<T> rin = heap_or_vector(b_in, h_in, n * m), rout = heap_or_vector(b_out, h_out, m),
+                 rall = heap_or_vector(b_all, h_all, n * m);
+    gs::testing::fill_inputs(std::span<T>(in), Op::id, r, n);
+    std::copy(in.begin(), in.end(), rin.begin());
+    gs::reduce_scatter(t, std::span<const T>(in), std::span<T>(out), Op{});
+    gs::reduce_scatter(t, std::span<const T>(rin), rout, Op{});
+    std::size_t wrong = gs::testing::count_wrong(std::span<const T>(rout), Op::id, n, r * m);
+    wrong += std::memcmp(out.data(), rout.data(), m * sizeof(T)) != 0;
+    gs::allgather(t, std::span<const T>(out), std::span<T>(all));
+    gs::allgather(t, std::span<const T>(rout), rall);
+    wrong += gs::testing::count_wrong(std::span<const T>(rall), Op::id, n);
+    wrong += std::memcmp(all.data(), rall.data(), n * m * sizeof(T)) != 0;
+    env.report("registered rs+ag/" + tag, wrong,
+               gs::testing::fnv1a64(rall.data(), n * m * sizeof(T)));
+  }
+  for (std::size_t root = 0; root < n; ++root) {  // broadcast from every root
+    std::vector<T> backing;
+    gs::transport::shm::buffer<T> pad = t.allocate<T>(reg ? root + 1 : 0), buf;  // offsets vary
+    std::span<T> v = heap_or_vector(backing, buf, m);
+    for (std::size_t i = 0; i < m; ++i) v[i] = value_of<T>(r == root ? root : n + 1, i);
+    gs::broadcast(t, v, root);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      const T want = value_of<T>(root, i);
+      wrong += std::memcmp(&want, &v[i], sizeof(T)) != 0;
+    }
+    env.report("registered bcast/" + tag + "/root" + std::to_string(root), wrong,
+               gs::testing::fnv1a64(v.data(), m * sizeof(T)));
+  }
+}
+
+void registered_on(std::size_t n, std::size_t plain_rank) {
+  gs::testbed::watchdog wd(170, "shm registered collectives on " + std::to_string(n));
+  const auto out = gs::testbed::fork_ranks(
+      n, gs::testbed::unique_job("collreg"),
+      [plain_rank](gs::transport::shm& t, rank_env& env) {
+        // 7: inline in the header slot; 300001: several staged pieces, odd.
+        for (std::size_t m : {std::size_t{7}, std::size_t{300001}}) {
+          registered_case<float, gs::op::sum_t>(t, env, m, plain_rank);
+          registered_case<double, gs::op::avg_t>(t, env, m, plain_rank);
+          registered_case<std::int32_t, gs::op::max_t>(t, env, m, plain_rank);
+        }
+      },
+      {.time_limit = 160,
+       .max_records = 256,
+       .configure = [](gs::transport::shm_options& o) { o.heap_bytes = 48 << 20; },
+       .while_running = {}});
+  for (std::size_t r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << out[r].what);
+    CHECK(out[r].status == 0);
+    REQUIRE(out[r].records.size() == 2 * 3 * (1 + n));
+    for (std::size_t i = 0; i < out[r].records.size(); ++i) {
+      const auto& a = out[0].records[i];
+      const auto& b = out[r].records[i];
+      INFO(b.label);
+      CHECK(b.wrong == 0);
+      CHECK(std::string(a.label) == b.label);
+      CHECK(b.hash == a.hash);
+    }
+  }
+}
+
 }  // namespace
+
+TEST_CASE("shm collectives: registered buffers are read in place, equal to the staged path") {
+  for (std::size_t n : {2, 3, 4}) {
+    INFO(n << " processes, every rank registered");
+    registered_on(n, n);
+  }
+  INFO("3 processes, rank 1 with ordinary vectors");
+  registered_on(3, 1);
+}
+
+TEST_CASE("shm collectives: mismatched calls and a NaN fail every rank by name, then work") {
+  gs::testbed::watchdog wd(60, "shm collective mismatches");
+  const auto out = gs::testbed::fork_ranks(
+      3, gs::testbed::unique_job("collmis"),
+      [](gs::transport::shm& t, rank_env& env) {
+        const std::size_t r = t.rank(), n = t.size();
+        auto expect = [&](const char* label, gs::errc code, const char* part, auto&& call) {
+          std::uint64_t ok = 0;
+          try {
+            call();
+          } catch (const gs::error& e) {
+            ok = e.code() == code && std::string(e.what()).find(part) != std::string::npos;
+          }
+          env.report(label, ok ? 0 : 1, 0);
+        };
+        expect("broadcast root", gs::errc::mismatch, "rank 2 differs from rank 0 in root 0 vs 1",
+               [&] {
+                 std::vector<float> v(100);
+                 gs::broadcast(t, std::span<float>(v), r == 2 ? 1 : 0);
+               });
+        expect("large broadcast count", gs::errc::mismatch, "ranks called broadcast with different",
+               [&] {
+                 std::vector<float> v(r == 1 ? 200001 : 200000);
+                 gs::broadcast(t, std::span<float>(v), 0);
+               });
+        expect("root past the ranks", gs::errc::invalid_argument, "broadcast: root 3 is not a rank",
+               [&] {
+                 std::vector<float> v(100000);
+                 gs::broadcast(t, std::span<float>(v), 3);
+               });
+        expect("allgather count", gs::errc::mismatch,
+               "ranks called allgather with different arguments (1 rank(s)", [&] {
+                 const std::size_t m = r == 1 ? 5 : 4;
+                 std::vector<float> mine(m), all(n * m);
+                 gs::allgather(t, std::span<const float>(mine), std::span<float>(all));
+               });
+        expect(
+            "reduce_scatter op", gs::errc::mismatch, "rank 2 differs from rank 0 in op sum vs max",
+            [&] {
+              std::vector<float> in(n * 50000), o(50000);
+              if (r == 2) {
+                gs::reduce_scatter(t, std::span<const float>(in), std::span<float>(o), gs::op::max);
+              } else {
+                gs::reduce_scatter(t, std::span<const float>(in), std::span<float>(o), gs::op::sum);
+              }
+            });
+        expect("reduce_scatter NaN", gs::errc::non_finite,
+               "rank 1 has NaN in its input at element 1234", [&] {
+                 std::vector<float> in(n * 1000, 1.0f), o(1000);
+                 if (r == 1) in[1234] = std::numeric_limits<float>::quiet_NaN();
+                 gs::reduce_scatter(t, std::span<const float>(in), std::span<float>(o), gs::op::sum,
+                                    {.check_finite = true});
+               });
+        // The transport stays usable after every failure above.
+        std::vector<std::int32_t> in(n * 333), o(333), all(n * 333);
+        gs::testing::fill_inputs(std::span<std::int32_t>(in), gs::reduce_op::sum, r, n);
+        gs::reduce_scatter(t, std::span<const std::int32_t>(in), std::span<std::int32_t>(o),
+                           gs::op::sum);
+        gs::allgather(t, std::span<const std::int32_t>(o), std::span<std::int32_t>(all));
+        env.report(
+            "after",
+            gs::testing::count_wrong(std::span<const std::int32_t>(all), gs::reduce_op::sum, n), 0);
+      },
+      {.time_limit = 40, .max_records = 16, .configure = {}, .while_running = {}});
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    INFO("rank " << r << ": " << out[r].what);
+    CHECK(out[r].status == 0);
+    REQUIRE(out[r].records.size() == 7);
+    for (const auto& rec : out[r].records) {
+      INFO(rec.label);
+      CHECK(rec.wrong == 0);
+    }
+  }
+}
 
 TEST_CASE("shm collectives: 1 process") {
   collectives_on(1);

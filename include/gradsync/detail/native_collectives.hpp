@@ -5,7 +5,8 @@
 // gradsync's algorithms over its messages. One rule for the three, by the bytes one rank
 // moves (broadcast: the message; allgather: the output; reduce_scatter: the input), so
 // every rank picks alike; the call's agreed header names the choice. On device memory
-// (transport::nccl) the native collective is the only one.
+// (transport::nccl) the native collective is the only one. A transport whose ranks map
+// each other's memory (transport::shm) runs the direct algorithms instead.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,11 @@ inline constexpr bool has_native_reduce_scatter = requires(Tr& t, const T* i, T*
                                                            Op op, const call_context& c) {
   t.reduce_scatter_native(i, o, n, op, c);
 };
+
+/// Tr's collectives read the peers' memory (algo::broadcast_direct, allgather_direct,
+/// reduce_scatter_direct) at every size instead of passing messages: transport::shm.
+template <class Tr>
+inline constexpr bool has_direct_collectives = peer_memory_transport<Tr>&& host_transport<Tr>;
 
 /// The name a native call states in its header and stall notes.
 inline constexpr std::string_view native_collective_name = "native";

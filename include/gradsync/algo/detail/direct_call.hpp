@@ -19,6 +19,7 @@
 
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/detail/partition.hpp"
+#include "gradsync/algo/tuning.hpp"
 #include "gradsync/check/consistency.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
@@ -93,9 +94,10 @@ void reduce_rank_order(T* dst, Src&& src, std::size_t nsrc, std::size_t count, O
   }
 }
 
-/// Throws errc::mismatch (with agree()'s wording) unless every header equals rank 0's.
+/// Throws errc::mismatch (with agree()'s wording, naming `what`) unless every header
+/// equals rank 0's.
 inline void compare_headers(const std::byte* const* hdr, std::size_t n, std::size_t rank,
-                            std::uint64_t seq) {
+                            std::uint64_t seq, std::string_view what = "allreduce") {
   bool same = true;
   for (std::size_t i = 1; i < n && same; ++i)
     same = std::memcmp(hdr[i], hdr[0], sizeof(call_header)) == 0;
@@ -106,15 +108,15 @@ inline void compare_headers(const std::byte* const* hdr, std::size_t n, std::siz
   std::size_t ndiff = 0;
   for (std::size_t i = 1; i < n; ++i) {
     std::memcpy(&h, hdr[i], sizeof h);
-    const std::string what = gradsync::detail::first_difference(ref, h);
-    if (what.empty() || ndiff++ >= 8) continue;
-    diffs += "\n  rank " + std::to_string(i) + " differs from rank 0 in " + what +
+    const std::string field = gradsync::detail::first_difference(ref, h);
+    if (field.empty() || ndiff++ >= 8) continue;
+    diffs += "\n  rank " + std::to_string(i) + " differs from rank 0 in " + field +
              " [rank 0: " + gradsync::detail::describe(ref) + "; rank " + std::to_string(i) + ": " +
              gradsync::detail::describe(h) + "]";
   }
   throw error(errc::mismatch, {rank, error_site::npos, seq},
-              "ranks called allreduce with different arguments (" + std::to_string(ndiff) +
-                  " rank(s) differ from rank 0):" + diffs);
+              "ranks called " + std::string(what) + " with different arguments (" +
+                  std::to_string(ndiff) + " rank(s) differ from rank 0):" + diffs);
 }
 
 /// One direct call on one rank: the header round, chunk stages, and the final flag.
@@ -148,24 +150,33 @@ class direct_call {
   std::byte* payload_bytes(std::size_t rank) {
     return t_.slot(rank, parity_) + sizeof(call_header);
   }
+  /// Bytes a rank can publish after its header in the header round.
+  std::size_t inline_bytes() const { return t_.slot_bytes() - sizeof(call_header); }
 
   /// The header round; with `with_payload` the whole input travels inline too, else
   /// `extra_bytes` of `extra` (if any) are published at the start of the payload.
   void open(std::string_view algo, bool with_payload, const void* extra = nullptr,
             std::size_t extra_bytes = 0) {
+    const call_header h = call_header::make(ctx_.seq, count_, dtype_of<T>::value, Op::id, algo);
+    if (with_payload) {
+      open_header(h, "allreduce", data_, count_ * sizeof(T));
+    } else {
+      open_header(h, "allreduce", extra, extra_bytes);
+    }
+  }
+
+  /// The header round with a header the caller built (`what` names the collective in a
+  /// mismatch); `extra_bytes` (<= inline_bytes()) of `extra` are published after it.
+  void open_header(const call_header& h, std::string_view what, const void* extra,
+                   std::size_t extra_bytes) {
     const std::uint64_t stamp = ctx_.seq + 1;
     // Slot reuse: when the previous call was not a direct call, a peer may still be
     // reading this slot's last contents; wait for it to have finished that call.
     const std::uint64_t last = t_.flag(r_, parity_);
     if (last != 0 && t_.flag(r_, parity_ ^ 1u) != ctx_.seq)
       t_.wait_flags(flag_done, last, ctx_.until);
-    const call_header h = call_header::make(ctx_.seq, count_, dtype_of<T>::value, Op::id, algo);
     std::memcpy(t_.slot(r_, parity_), &h, sizeof h);
-    if (with_payload) {
-      copy_out(payload(r_), data_, count_ * sizeof(T), false);  // data_ may be null at 0
-    } else if (extra_bytes) {
-      std::memcpy(payload(r_), extra, extra_bytes);
-    }
+    if (extra_bytes) std::memcpy(payload_bytes(r_), extra, extra_bytes);  // extra may be null at 0
     t_.post_flag(parity_, stamp);
     t_.wait_flags(parity_, stamp, ctx_.until);
     const std::byte* stack_hdr[16];
@@ -177,13 +188,40 @@ class direct_call {
     }
     for (std::size_t i = 0; i < n_; ++i) hdr[i] = t_.slot(i, parity_);
     try {
-      compare_headers(hdr, n_, r_, ctx_.seq);
+      compare_headers(hdr, n_, r_, ctx_.seq, what);
     } catch (...) {
       close();  // nobody reads the slots any more: let a later call reuse them
       throw;
     }
   }
   void close() { t_.post_flag(flag_done, ctx_.seq + 1); }
+
+  /// Bytes of one staged piece of the direct collectives when `parts` pieces share a half
+  /// of the staging buffer (at least 64 while parts <= 32: the buffer is >= 2 pages).
+  std::size_t staged_piece_bytes(std::size_t parts = 1) const {
+    return std::min(tuning::direct_collective_chunk_bytes,
+                    t_.exchange_bytes() / 2 / parts / 64 * 64);
+  }
+
+  /// Ends a call whose peers read this rank's buffers in place: once every rank passed
+  /// the barrier, none reads them any more.
+  void close_in_place(bool stream) {
+    if (stream) stream_fence();
+    barrier(1);
+    close();
+  }
+
+  /// Runs `f` (a check every rank makes once the headers agree); if it throws, the call
+  /// closes first so that a later call can reuse the slots.
+  template <class F>
+  void after_open(F&& f) {
+    try {
+      f();
+    } catch (...) {
+      close();
+      throw;
+    }
+  }
 
   /// Posts chunk step `step` (>= 1) of this call and waits until every rank has.
   /// Steps count from `step_base` (raised by rounds a call adds in front).

@@ -35,24 +35,39 @@ concept registered_memory_transport = requires(const Tr& ct, const void* p, std:
 /// The workspace slot of the reduce block.
 inline constexpr std::size_t registered_scratch_slot = 5;
 
+/// The note a rank publishes for [p, p + bytes): its offset in the rank's heap, or
+/// not_registered (also on transports without a heap).
+inline constexpr std::uint64_t not_registered = ~std::uint64_t{0};
+template <class Tr>
+std::uint64_t registered_note_of(const Tr& t, const void* p, std::size_t bytes) {
+  if constexpr (registered_memory_transport<Tr>) {
+    const std::size_t off = t.registered_offset(p, bytes);
+    return off == Tr::npos ? not_registered : off;
+  } else {
+    (void)t, (void)p, (void)bytes;
+    return not_registered;
+  }
+}
+
 /// What each rank publishes in its slot payload: its vector's offset in its heap.
 template <class Tr, class T, class Op>
 std::uint64_t registered_note(direct_call<Tr, T, Op>& c) {
-  if constexpr (registered_memory_transport<Tr>) {
-    return c.t_.registered_offset(c.data_, c.count_ * sizeof(T));
-  } else {
-    (void)c;
-    return ~std::uint64_t{0};
-  }
+  return registered_note_of(c.t_, c.data_, c.count_ * sizeof(T));
+}
+
+/// After open(): the note rank j published at the start of its payload.
+template <class Tr, class T, class Op>
+std::uint64_t note_of(direct_call<Tr, T, Op>& c, std::size_t j) {
+  std::uint64_t off;
+  std::memcpy(&off, c.payload_bytes(j), sizeof off);
+  return off;
 }
 
 /// After open(): whether every rank's vector is registered (the same answer everywhere).
 template <class Tr, class T, class Op>
 bool all_registered(direct_call<Tr, T, Op>& c) {
   for (std::size_t j = 0; j < c.n_; ++j) {
-    std::uint64_t off;
-    std::memcpy(&off, c.payload_bytes(j), sizeof off);
-    if (off == ~std::uint64_t{0}) return false;
+    if (note_of(c, j) == not_registered) return false;
   }
   return true;
 }

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+// algo::reduce_scatter_direct — reduce-scatter by reading the peers' memory
+// (peer_memory_transport: transport::shm). One header round (detail/direct_call.hpp)
+// agrees the call; then rank r combines block r of every rank's input, in rank order
+// 0, 1, ..., n-1 (so the result does not depend on who computes it), read from:
+//   inline      the header slots, when a whole input fits one: one flag round in all;
+//   registered  the peers' inputs in place, when every rank's lies in its heap
+//               (transport::shm::allocate);
+//   staged      else the staging buffers, per piece: every rank copies the piece of each
+//               block the others combine, a barrier, each rank combines its own. Pieces
+//               alternate between the buffer's halves, as in allgather_direct.
+// The entry point is gradsync::reduce_scatter (reduce_scatter.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+
+#include "gradsync/algo/detail/direct_call.hpp"
+#include "gradsync/algo/detail/direct_registered.hpp"
+#include "gradsync/core/call.hpp"
+#include "gradsync/kernels/host.hpp"
+#include "gradsync/transport/concept.hpp"
+
+namespace gradsync::algo {
+
+struct reduce_scatter_direct {
+  /// (A call header holds 19 characters of a name.)
+  static constexpr std::string_view name = "rs_direct";
+
+  /// out (m elements) := block `rank` of the reduction of every rank's `in` (n blocks of
+  /// m elements), op::avg divided by n, after the header round on `h` (errc::mismatch on
+  /// every rank when headers differ; then `agreed()` runs on every rank before any data
+  /// moves, and may throw). Returns the bytes this rank published.
+  template <transport_policy Tr, class T, class Op, class Agreed>
+  static std::size_t run(Tr& t, std::span<const T> in, std::span<T> out, Op op,
+                         const call_header& h, const call_context& ctx, Agreed&& agreed) {
+    detail::check_direct_transport<Tr>();
+    detail::direct_call<Tr, T, Op> c(t, out, ctx);
+    const std::size_t n = c.n_, r = c.r_, m = out.size(), bytes = in.size() * sizeof(T);
+    if (n == 1) {
+      agreed();
+      if (m) std::memcpy(out.data(), in.data(), m * sizeof(T));
+      c.finalize(out.data(), m, op);
+      return 0;
+    }
+    if (bytes <= c.inline_bytes()) {
+      c.open_header(h, "reduce_scatter", in.data(), bytes);
+      c.after_open(agreed);
+      detail::reduce_rank_order(
+          out.data(),
+          [&](std::size_t j) -> const T* { return (j == r ? in.data() : c.payload(j)) + r * m; }, n,
+          m, op);
+      c.finalize(out.data(), m, op);
+      c.close();
+      return bytes;
+    }
+    const std::uint64_t note = detail::registered_note_of(t, in.data(), bytes);
+    c.open_header(h, "reduce_scatter", &note, sizeof note);
+    c.after_open(agreed);
+    if (detail::all_registered(c)) {
+      detail::reduce_rank_order(
+          out.data(), [&](std::size_t j) { return registered_input(t, c, in, j) + r * m; }, n, m,
+          op);
+      c.finalize(out.data(), m, op);
+      c.close_in_place(false);
+      return 0;
+    }
+    // Piece k: elements [k * piece, ...) of every block; rank j stages its piece of
+    // block i at i * piece in its half k % 2 (its own block i = j is not staged).
+    const std::size_t piece = std::max<std::size_t>(1, c.staged_piece_bytes(n) / sizeof(T));
+    for (std::size_t k = 0, off = 0; off < m; ++k, off += piece) {
+      const std::size_t len = std::min(piece, m - off);
+      T* const mine = c.half(r, k);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (i != r) std::memcpy(mine + i * piece, in.data() + i * m + off, len * sizeof(T));
+      }
+      c.barrier(k + 1);
+      detail::reduce_rank_order(
+          out.data() + off,
+          [&](std::size_t j) -> const T* {
+            return j == r ? in.data() + r * m + off : c.half(j, k) + r * piece;
+          },
+          n, len, op);
+      c.finalize(out.data() + off, len, op);
+    }
+    c.close();
+    return (n - 1) * m * sizeof(T);
+  }
+
+ private:
+  template <class Tr, class C, class T>
+  static const T* registered_input(Tr& t, C& c, std::span<const T> in, std::size_t j) {
+    if constexpr (detail::registered_memory_transport<Tr>) {
+      if (j == c.r_) return in.data();
+      return reinterpret_cast<const T*>(t.heap(j) + detail::note_of(c, j));
+    } else {
+      (void)t, (void)c, (void)j;
+      return in.data();  // all_registered() is false without a heap
+    }
+  }
+};
+
+}  // namespace gradsync::algo
