@@ -62,9 +62,9 @@ std::size_t inflight_segments(const Tr& t, std::size_t m, std::size_t local) {
 }
 
 /// The piece of each rank's block that broadcast_direct, allgather_direct and
-/// reduce_scatter_direct stage per barrier: small enough that the readers find the staged
-/// pieces in the cache (docs/collectives.md, "direct collectives on shm").
-inline constexpr std::size_t direct_collective_chunk_bytes = std::size_t{1} << 20;
+/// reduce_scatter_direct stage per barrier: a quarter of a 1 MiB L2, so that the readers
+/// find it in the cache. 64 KiB, 256 KiB and 1 MiB: docs/collectives.md, "direct".
+inline constexpr std::size_t direct_collective_chunk_bytes = std::size_t{256} << 10;
 
 /// Below this many bytes per rank, gradsync::broadcast, allgather and reduce_scatter on a
 /// transport with native collectives (transport::mpi) call them instead of the ring /
