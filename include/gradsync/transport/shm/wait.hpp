@@ -94,6 +94,8 @@ class spin_policy {
     --brief_left_;
     return brief_;
   }
+  /// The budget of a wait that will not report its outcome.
+  const spin_budget& current() const { return brief_left_ > 0 ? brief_ : full_; }
   /// `spun`: the wait ended while spinning (before any yield or sleep).
   void outcome(bool spun) {
     if (!probing_) return;  // a brief wait tells nothing about the long spin
@@ -170,10 +172,16 @@ bool sleep_wait(rank_ctl& me, const spin_budget& budget, clock::time_point until
   }
 }
 
-/// sleep_wait with the budget `policy` gives, and the outcome reported back to it.
+/// sleep_wait with the budget `policy` gives, and the outcome reported back to it unless
+/// `learn` is false: a wait for the peers to arrive at a call lasts as long as whatever
+/// they did before it, which says nothing about whether spinning takes their CPU.
 template <class Progress, class Idle>
 void learning_wait(rank_ctl& me, spin_policy& policy, clock::time_point until, Progress&& progress,
-                   Idle&& idle) {
+                   Idle&& idle, bool learn = true) {
+  if (!learn) {
+    (void)sleep_wait(me, policy.current(), until, progress, idle);
+    return;
+  }
   const spin_budget& b = policy.next();
   policy.outcome(sleep_wait(me, b, until, progress, idle));
 }
