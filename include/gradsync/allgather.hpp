@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +29,7 @@
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/core/op.hpp"
 #include "gradsync/detail/host_collective.hpp"
 #include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/transport/concept.hpp"
@@ -81,16 +83,21 @@ template <class Intra, class Inter>
 std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<const std::byte> in,
                              std::span<std::byte> out, dtype type, const call_options& opt) {
   using ring = algo::allgather_ring;
+  using direct = algo::allgather_direct;
+  // A peer-memory node level gathers all pieces in one direct call, each node's block
+  // straight to its place in `out` (no ring messages, no reordering copy).
+  constexpr bool node_direct = has_direct_collectives<Intra>;
+  const std::string_view name = node_direct ? direct::name : ring::name;
   const std::size_t nodes = t.inter().size(), local = t.intra().size(), b = in.size();
   std::size_t sent = 0, sent_across = 0;
   transport::detail::two_level_call(
       t, t.intra(), t.inter(), opt,
-      {"allgather", ring::name, type, reduce_op::sum, b / dtype_size(type), {}},
+      {"allgather", name, type, reduce_op::sum, b / dtype_size(type), {}},
       "allgather inside the node", "allgather across nodes",
       [&](const call_context& in_c, const call_context& out_c) {
         if (opt.check) {
           agree_two_levels(
-              t, t.intra(), t.inter(), in_c.seq, out_c.seq, in_c.until, ring::name,
+              t, t.intra(), t.inter(), in_c.seq, out_c.seq, in_c.until, name,
               [&](std::uint64_t seq, std::string_view name) {
                 return call_header::make(seq, b / dtype_size(type), type, reduce_op::sum, name);
               },
@@ -99,8 +106,9 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
         // Kept across calls in the node transport's workspace (slots 4 and 6, as the
         // two-level reduce_scatter): fresh vectors cost a zeroing pass and page faults.
         auto* const across_buf = static_cast<std::byte*>(t.intra().scratch().get(4, nodes * b));
-        auto* const inside_buf =
-            static_cast<std::byte*>(t.intra().scratch().get(6, local * nodes * b));
+        // (The ring's gathered pieces; the direct node level writes `out` in place.)
+        auto* const inside_buf = static_cast<std::byte*>(
+            t.intra().scratch().get(6, node_direct ? 0 : local * nodes * b));
         const std::size_t pieces = algo::tuning::hierarchical_pieces(out.size(), t.pipelines());
         auto across = [&](std::size_t i) {  // piece i of this column's blocks, every node's
           const algo::detail::range p = algo::detail::part(b, pieces, i);
@@ -108,8 +116,34 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
               t.inter(), in.subspan(p.offset, p.count),
               std::span<std::byte>(across_buf + nodes * p.offset, nodes * p.count), out_c);
         };
+        std::optional<algo::detail::direct_call<Intra, std::byte, op::sum_t>> dc;
+        std::uint64_t step = 0;
+        const bool stream = out.size() >= algo::detail::direct_stream_min_bytes;
+        if constexpr (node_direct) {
+          dc.emplace(t.intra(), std::span<std::byte>{}, in_c);
+          dc->open_header(
+              call_header::make(in_c.seq, b / dtype_size(type), type, reduce_op::sum, direct::name),
+              "allgather", nullptr, 0);
+        }
         auto inside = [&](std::size_t i) {  // piece i of every column's blocks, in place
           const algo::detail::range p = algo::detail::part(b, pieces, i);
+          if constexpr (node_direct) {
+            // Byte x of local rank l's piece is byte x % p.count of node x / p.count's.
+            auto place = [&](std::size_t l, std::size_t x, const std::byte* src, std::size_t len) {
+              while (len) {
+                const std::size_t q = x / p.count, at = x % p.count;
+                const std::size_t take = std::min(len, p.count - at);
+                algo::detail::copy_out(out.data() + (q * local + l) * b + p.offset + at, src, take,
+                                       stream);
+                x += take, src += take, len -= take;
+              }
+            };
+            step = direct::staged(
+                *dc, std::span<const std::byte>(across_buf + nodes * p.offset, nodes * p.count),
+                step, place);
+            sent += nodes * p.count;
+            return;
+          }
           std::byte* const got = inside_buf + local * nodes * p.offset;
           sent += ring::run(
               t.intra(), std::span<const std::byte>(across_buf + nodes * p.offset, nodes * p.count),
@@ -133,6 +167,10 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
             inside(i);
             t.set_node_wait(0);  // no longer held up inside the node (set by its waits)
           }
+        }
+        if constexpr (node_direct) {
+          if (stream) algo::detail::stream_fence();
+          dc->close();
         }
       });
   return sent + sent_across;

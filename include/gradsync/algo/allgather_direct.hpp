@@ -60,19 +60,33 @@ struct allgather_direct {
       c.close_in_place(stream);
       return 0;
     }
-    const std::size_t piece = c.staged_piece_bytes();
-    for (std::size_t k = 0, off = 0; off < b; ++k, off += piece) {
-      const std::size_t len = std::min(piece, b - off);
-      std::memcpy(c.half(r, k), mine.data() + off, len);
-      std::memcpy(out.data() + r * b + off, mine.data() + off, len);
-      c.barrier(k + 1);
-      for (std::size_t j = 0; j < n; ++j) {
-        if (j != r) detail::copy_out(out.data() + j * b + off, c.half(j, k), len, stream);
-      }
-    }
+    staged(c, mine, 0, [&](std::size_t j, std::size_t off, const std::byte* src, std::size_t len) {
+      detail::copy_out(out.data() + j * b + off, src, len, stream);
+    });
     if (stream) detail::stream_fence();
     c.close();
     return b;
+  }
+
+  /// The staged path after an open header round `c`: every rank's `mine` (the same size
+  /// everywhere) in pieces through the halves, barrier steps from `step0` + 1; each
+  /// piece of rank j's block is handed to place(j, offset in the block, bytes, length),
+  /// this rank's own too. Returns the step a following staged() starts from.
+  template <class C, class Place>
+  static std::uint64_t staged(C& c, std::span<const std::byte> mine, std::uint64_t step0,
+                              Place&& place) {
+    const std::size_t piece = c.staged_piece_bytes(), b = mine.size();
+    std::uint64_t k = step0;
+    for (std::size_t off = 0; off < b; off += piece, ++k) {
+      const std::size_t len = std::min(piece, b - off);
+      std::memcpy(c.half(c.r_, k), mine.data() + off, len);
+      place(c.r_, off, mine.data() + off, len);
+      c.barrier(k + 1);
+      for (std::size_t j = 0; j < c.n_; ++j) {
+        if (j != c.r_) place(j, off, c.half(j, k), len);
+      }
+    }
+    return k;
   }
 
  private:
