@@ -3,6 +3,8 @@
 // library's MPI_Bcast, MPI_Allgather and MPI_Reduce_scatter_block, timed interleaved
 // (gradsync, MPI, gradsync, MPI, ... each between barriers) so that both see the same
 // machine, over transport::shm, transport::mpi or two_level_from_mpi. float, sum.
+// shm_reg: transport::shm with gradsync's buffers in the transport's heap
+// (shm::allocate), which the direct collectives read in place.
 //
 //   mpirun -n 4 collectives_perf_openmpi --transport shm -b 1M -e 64M
 //
@@ -20,9 +22,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <gradsync/allgather.hpp>
@@ -39,7 +44,7 @@ namespace gs = gradsync;
 namespace {
 
 struct options {
-  std::string transport = "shm";  // shm | mpi | two_level
+  std::string transport = "shm";  // shm | shm_reg | mpi | two_level
   std::vector<std::string> collectives = {"broadcast", "allgather", "reduce_scatter"};
   std::size_t min_bytes = 1 << 20, max_bytes = 64 << 20;
   std::size_t iters = 10, warmup = 3;
@@ -89,7 +94,7 @@ options parse(int argc, char** argv) {
       o.node_ranks = static_cast<std::size_t>(std::atol(value().c_str()));
     } else {
       std::fprintf(stderr,
-                   "usage: collectives_perf [--transport shm|mpi|two_level] [--collective "
+                   "usage: collectives_perf [--transport shm|shm_reg|mpi|two_level] [--collective "
                    "all|broadcast|allgather|reduce_scatter] [-b MIN] [-e MAX] [-n ITERS] [-w "
                    "WARMUP] [--node-ranks K]\n");
       std::exit(2);
@@ -101,8 +106,9 @@ options parse(int argc, char** argv) {
       std::exit(2);
     }
   }
-  if (o.transport != "shm" && o.transport != "mpi" && o.transport != "two_level") {
-    std::fprintf(stderr, "collectives_perf: --transport must be shm, mpi or two_level\n");
+  if (o.transport != "shm" && o.transport != "shm_reg" && o.transport != "mpi" &&
+      o.transport != "two_level") {
+    std::fprintf(stderr, "collectives_perf: --transport must be shm, shm_reg, mpi or two_level\n");
     std::exit(2);
   }
   if (o.iters == 0 || o.min_bytes > o.max_bytes) {
@@ -118,19 +124,42 @@ float value_at(std::size_t who, std::size_t i) {
 
 /// One collective's buffers and its two implementations.
 struct subject {
-  std::vector<float> in, out;
+  std::span<float> in, out;
+  std::vector<float> in_v, out_v;                // the buffers, unless in the heap
+  std::vector<std::shared_ptr<void>> heap_bufs;  // shm_reg: the buffers in the heap
   std::function<void()> gradsync_run, mpi_run;
   std::function<void()> fill;                // the inputs (and garbage in outputs)
   std::function<std::size_t()> count_wrong;  // after one run
 };
 
+/// Points s.in and s.out at `in` and `out` floats: in t's heap with `heap`, else vectors.
 template <class Tr>
-subject make(Tr& t, const std::string& c, std::size_t bytes, MPI_Comm comm) {
+void place(Tr& t, subject& s, std::size_t in, std::size_t out, bool heap) {
+  if constexpr (std::is_same_v<Tr, gs::transport::shm>) {
+    if (heap) {
+      for (auto [count, span] : {std::pair{in, &s.in}, std::pair{out, &s.out}}) {
+        auto b =
+            std::make_shared<gs::transport::shm::buffer<float>>(t.template allocate<float>(count));
+        *span = b->span();
+        s.heap_bufs.push_back(b);
+      }
+      return;
+    }
+  }
+  (void)t, (void)heap;
+  s.in_v.resize(in);
+  s.out_v.resize(out);
+  s.in = s.in_v;
+  s.out = s.out_v;
+}
+
+template <class Tr>
+subject make(Tr& t, const std::string& c, std::size_t bytes, MPI_Comm comm, bool heap) {
   const std::size_t n = t.size(), r = t.rank(), total = bytes / sizeof(float), m = total / n;
   subject s;
   const int im = static_cast<int>(m);
   if (c == "broadcast") {
-    s.out.resize(total);
+    place(t, s, 0, total, heap);
     s.fill = [&s, r, total] {
       for (std::size_t i = 0; i < total; ++i) s.out[i] = value_at(r == 0 ? 0 : 7, i);
     };
@@ -144,8 +173,7 @@ subject make(Tr& t, const std::string& c, std::size_t bytes, MPI_Comm comm) {
       return w;
     };
   } else if (c == "allgather") {
-    s.in.resize(m);
-    s.out.resize(n * m);
+    place(t, s, m, n * m, heap);
     s.fill = [&s, r, m] {
       for (std::size_t i = 0; i < m; ++i) s.in[i] = value_at(r, i);
       std::fill(s.out.begin(), s.out.end(), -1.0f);
@@ -163,8 +191,7 @@ subject make(Tr& t, const std::string& c, std::size_t bytes, MPI_Comm comm) {
       return w;
     };
   } else {  // reduce_scatter: small integers, so every order sums exactly
-    s.in.resize(n * m);
-    s.out.resize(m);
+    place(t, s, n * m, m, heap);
     s.fill = [&s, r, n, m] {
       for (std::size_t i = 0; i < n * m; ++i) s.in[i] = static_cast<float>((i + r) % 5);
     };
@@ -207,7 +234,7 @@ std::size_t run_all(Tr& t, const options& o, MPI_Comm comm, const char* mpi_name
     }
     for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
       const std::size_t per = bytes / sizeof(float) / n * n * sizeof(float);  // n blocks
-      subject s = make(t, c, per, comm);
+      subject s = make(t, c, per, comm, o.transport == "shm_reg");
       std::vector<double> tg(o.iters), tm(o.iters);
       s.fill();
       for (std::size_t i = 0; i < o.warmup; ++i) s.gradsync_run(), s.mpi_run();
@@ -264,8 +291,10 @@ int main(int argc, char** argv) {
     if (o.transport == "mpi") {
       gs::transport::mpi t{MPI_COMM_WORLD};
       wrong = run_all(t, o, MPI_COMM_WORLD, mpi_name);
-    } else if (o.transport == "shm") {
-      gs::transport::shm t(gs::transport::shm_options_from_mpi(MPI_COMM_WORLD));
+    } else if (o.transport == "shm" || o.transport == "shm_reg") {
+      gs::transport::shm_options so = gs::transport::shm_options_from_mpi(MPI_COMM_WORLD);
+      if (o.transport == "shm_reg") so.heap_bytes = 2 * o.max_bytes + (1 << 20);  // in + out
+      gs::transport::shm t(so);
       wrong = run_all(t, o, MPI_COMM_WORLD, mpi_name);
     } else {
       int world = 0;
