@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "gradsync/algo/allgather_direct.hpp"
 #include "gradsync/algo/allgather_ring.hpp"
@@ -110,11 +111,38 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
         auto* const inside_buf = static_cast<std::byte*>(
             t.intra().scratch().get(6, node_direct ? 0 : local * nodes * b));
         const std::size_t pieces = algo::tuning::hierarchical_pieces(out.size(), t.pipelines());
+        // In pieces (across a network), every piece's exchange with every other node is
+        // posted with the first one, so that the link does not idle between pieces as it
+        // did with a ring per piece (docs/collectives.md, "two-level allgather").
+        const std::size_t per_piece = 2 * (nodes - 1);  // requests: a receive and a send per node
+        std::vector<typename Inter::request> posted;
+        auto post_all = [&] {
+          const std::size_t me = t.inter().rank();
+          posted.reserve(pieces * per_piece);
+          for (std::size_t k = 0; k < pieces; ++k) {
+            const algo::detail::range p = algo::detail::part(b, pieces, k);
+            std::byte* const got = across_buf + nodes * p.offset;  // node q's piece at q * count
+            std::memcpy(got + me * p.count, in.data() + p.offset, p.count);
+            for (std::size_t q = 0; q < nodes; ++q) {
+              if (q == me) continue;
+              posted.push_back(t.inter().irecv(q, got + q * p.count, p.count, out_c.tag));
+              posted.push_back(t.inter().isend(q, in.data() + p.offset, p.count, out_c.tag));
+            }
+          }
+        };
         auto across = [&](std::size_t i) {  // piece i of this column's blocks, every node's
           const algo::detail::range p = algo::detail::part(b, pieces, i);
-          sent_across += ring::run(
-              t.inter(), in.subspan(p.offset, p.count),
-              std::span<std::byte>(across_buf + nodes * p.offset, nodes * p.count), out_c);
+          if (pieces == 1) {
+            sent_across += ring::run(
+                t.inter(), in.subspan(p.offset, p.count),
+                std::span<std::byte>(across_buf + nodes * p.offset, nodes * p.count), out_c);
+            return;
+          }
+          if (i == 0) post_all();
+          for (std::size_t j = i * per_piece; j < (i + 1) * per_piece; ++j) {
+            t.inter().wait(posted[j], out_c.until);
+          }
+          sent_across += (nodes - 1) * p.count;
         };
         std::optional<algo::detail::direct_call<Intra, std::byte, op::sum_t>> dc;
         std::uint64_t step = 0;

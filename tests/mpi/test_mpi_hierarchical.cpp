@@ -298,3 +298,36 @@ GS_MPI_TEST("network tuning: a failing inter-node piece fails the call on every 
   }
   gs::testbed::keep_until_exit(std::move(t));
 }
+
+GS_MPI_TEST("network tuning: a pipelined two-level allgather missing a rank fails every rank",
+            120) {
+  if (world_size() != 4) GS_SKIP("needs 4 ranks");
+  two_level t =
+      gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, static_cast<int>(world_rank() / 2),
+                                        {.network = gs::transport::network_hint::yes});
+  GS_REQUIRE(t.pipelines());
+  // As above for the allgather, whose pieces are all posted across the nodes at once:
+  // rank 3 skips the call; the others fail by the deadline, naming it, and leave no
+  // posted piece behind that would block the end of the job.
+  gs::call_options opt;
+  opt.timeout = gs::seconds_d(3);
+  opt.check = false;
+  const std::size_t m = std::size_t{2} << 20;  // 32 MiB of output: 8 pieces
+  GS_CHECK(gs::algo::tuning::hierarchical_pieces(4 * m * sizeof(float), true) == 8);
+  std::vector<float> mine(m, 1.0f), all(4 * m);
+  if (world_rank() != 3) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string msg = "(no error)";
+    try {
+      gs::allgather(t, std::span<const float>(mine), std::span<float>(all), opt);
+    } catch (const gs::error& e) {
+      msg = e.what();
+      GS_CHECK_MSG(e.code() == gs::errc::timeout || e.code() == gs::errc::peer_lost, msg);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    GS_CHECK_MSG(s < 10, "took " + std::to_string(s) + " s");
+    GS_CHECK_MSG(gs::testbed::contains(msg, "(peer 3)") || gs::testbed::contains(msg, "rank 3 on "),
+                 msg);
+  }
+  gs::testbed::keep_until_exit(std::move(t));
+}
