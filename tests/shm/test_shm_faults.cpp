@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -217,43 +218,66 @@ TEST_CASE("shm: a failure announced by a rank ends its peers' waits at once, quo
 
 // The stall inspector over shm: rank 0's warning, from the segment's board, names the
 // late rank (by its job rank and host when the options give them) and only it.
-TEST_CASE("shm: a stalled call's warning names exactly the rank that has not entered it") {
-  gs::testbed::watchdog wd(30, "shm stall test");
+namespace {
+// Rank 2 enters op #1 0.5 s late with GRADSYNC_STALL_WARN=0.2; returns rank 0's stderr.
+std::string stalled_call_log(const std::function<void(gs::transport::shm&)>& call) {
   const std::string log = "/tmp/gradsync_shm_stall_" + std::to_string(::getpid()) + ".txt";
   ::setenv("GRADSYNC_STALL_WARN", "0.2", 1);
-  const auto out = gs::testbed::fork_ranks(
-      3, gs::testbed::unique_job("stall"),
-      [&log](gs::transport::shm& t, rank_env&) {
-        std::vector<double> v(1000, 1.0);
-        gs::allreduce<gs::algo::ring>(t, std::span<double>(v), gs::op::sum);
-        if (t.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        if (t.rank() == 0) {
-          gs::testbed::capture_stderr cap(log);
-          gs::allreduce<gs::algo::direct_two_shot>(t, std::span<double>(v), gs::op::sum);
-        } else {
-          gs::allreduce<gs::algo::direct_two_shot>(t, std::span<double>(v), gs::op::sum);
-        }
-      },
-      {.time_limit = 25,
-       .max_records = 4,
-       .configure =
-           [](gs::transport::shm_options& o) {
-             o.job_ranks = {10, 11, 12};
-             o.host = "hostS";
-           },
-       .while_running = {}});
+  const auto out =
+      gs::testbed::fork_ranks(3, gs::testbed::unique_job("stall"),
+                              [&log, &call](gs::transport::shm& t, rank_env&) {
+                                std::vector<double> v(1000, 1.0);
+                                gs::allreduce<gs::algo::ring>(t, std::span<double>(v), gs::op::sum);
+                                if (t.rank() == 2)
+                                  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                                if (t.rank() == 0) {
+                                  gs::testbed::capture_stderr cap(log);
+                                  call(t);
+                                } else {
+                                  call(t);
+                                }
+                              },
+                              {.time_limit = 25,
+                               .max_records = 4,
+                               .configure =
+                                   [](gs::transport::shm_options& o) {
+                                     o.job_ranks = {10, 11, 12};
+                                     o.host = "hostS";
+                                   },
+                               .while_running = {}});
   ::unsetenv("GRADSYNC_STALL_WARN");
   for (const auto& o : out) CHECK(o.error_code == 0);
   std::ifstream f(log);
   std::stringstream ss;
   ss << f.rdbuf();
-  const std::string text = ss.str();
-  INFO("rank 0's log: " << text);
-  CHECK(text.find("stall: rank 10 on hostS has waited") != std::string::npos);
-  CHECK(text.find("in op #1 (allreduce direct_two_shot of 1000 float64 (8000 bytes), op sum); "
-                  "not yet entered by rank 12 on hostS (still at op #0)") != std::string::npos);
-  CHECK(text.find("rank 11 on hostS (") == std::string::npos);
   std::remove(log.c_str());
+  return ss.str();
+}
+}  // namespace
+
+TEST_CASE("shm: a stalled call's warning names exactly the rank that has not entered it") {
+  gs::testbed::watchdog wd(60, "shm stall test");
+  SUBCASE("allreduce, direct two-shot") {
+    const std::string text = stalled_call_log([](gs::transport::shm& t) {
+      std::vector<double> v(1000, 1.0);
+      gs::allreduce<gs::algo::direct_two_shot>(t, std::span<double>(v), gs::op::sum);
+    });
+    INFO("rank 0's log: " << text);
+    CHECK(text.find("stall: rank 10 on hostS has waited") != std::string::npos);
+    CHECK(text.find("in op #1 (allreduce direct_two_shot of 1000 float64 (8000 bytes), op sum); "
+                    "not yet entered by rank 12 on hostS (still at op #0)") != std::string::npos);
+    CHECK(text.find("rank 11 on hostS (") == std::string::npos);
+  }
+  SUBCASE("broadcast, direct") {
+    const std::string text = stalled_call_log([](gs::transport::shm& t) {
+      std::vector<float> v(100000, 1.0f);
+      gs::broadcast(t, std::span<float>(v), 0);
+    });
+    INFO("rank 0's log: " << text);
+    CHECK(text.find("in op #1 (broadcast bcast_direct of 100000 float32") != std::string::npos);
+    CHECK(text.find("not yet entered by rank 12 on hostS (still at op #0)") != std::string::npos);
+    CHECK(text.find("rank 11 on hostS (") == std::string::npos);
+  }
 }
 
 // Part of a larger job (two_level's node level, shm_options_from_mpi): errors name the
