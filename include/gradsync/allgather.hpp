@@ -3,9 +3,10 @@
 // every rank receives all of them in rank order in `out` (n * in.size() elements). With
 // the same guarantees as allreduce: a deadline on every wait, the call's arguments agreed
 // across ranks before data moves (errc::mismatch naming the ranks), the same bytes on
-// every rank. Over a two_level the blocks cross the network once per rank (its Inter
-// group), then spread inside the node; across a network, in pieces whose spreading in the
-// node overlaps the next piece's crossing.
+// every rank. On shm each rank reads the others' blocks (algo::allgather_direct). Over a
+// two_level the blocks cross the network once per rank (its Inter group), then spread
+// inside the node; across a network, in pieces whose spreading in the node overlaps the
+// next piece's crossing.
 #pragma once
 
 #include <cstddef>

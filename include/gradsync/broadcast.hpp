@@ -3,9 +3,10 @@
 // buffer is overwritten). With the same guarantees as allreduce: a deadline on every
 // wait, the call's arguments (count, type, root) agreed across ranks before data moves
 // (errc::mismatch naming the ranks), the same bytes on every rank (call_options::verify
-// checks it). A binomial tree below algo::broadcast_chain::min_bytes or on 2 ranks, else
-// a segmented chain. Over a two_level the data crosses the network once per node (from
-// the root's node along the root's local index), then spreads inside each node.
+// checks it). On shm the others read the root's memory (algo::broadcast_direct); else a
+// binomial tree below algo::broadcast_chain::min_bytes or on 2 ranks, or a segmented
+// chain (MPI's own on mpi below 16 MiB). Over a two_level the data crosses the network once per
+// node (from the root's node along the root's local index), then spreads inside each node.
 #pragma once
 
 #include <cstddef>

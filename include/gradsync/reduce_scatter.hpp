@@ -3,7 +3,8 @@
 // block q meant for rank q) and rank r receives block r reduced over every rank in `out`
 // (MPI_Reduce_scatter_block; a sharded optimizer's gradient step). With the same
 // guarantees as allreduce: a deadline on every wait, the call's arguments agreed across
-// ranks before data moves (errc::mismatch naming the ranks), check_finite. Over a
+// ranks before data moves (errc::mismatch naming the ranks), check_finite. On shm each
+// rank reads its block of every rank's input (algo::reduce_scatter_direct). Over a
 // two_level the node reduces first (each local rank the blocks of its column), then each
 // column across the nodes, so every element crosses the network once; across a network,
 // in pieces whose crossing overlaps the next piece's reduction in the node.

@@ -28,6 +28,7 @@
 #include <gradsync/algo/direct.hpp>
 #include <gradsync/algo/ring.hpp>
 #include <gradsync/allreduce.hpp>
+#include <gradsync/broadcast.hpp>
 #include <gradsync/core/async.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/shm.hpp>

@@ -40,7 +40,7 @@ inline constexpr bool has_native_reduce_scatter = requires(Tr& t, const T* i, T*
 /// Tr's collectives read the peers' memory (algo::broadcast_direct, allgather_direct,
 /// reduce_scatter_direct) at every size instead of passing messages: transport::shm.
 template <class Tr>
-inline constexpr bool has_direct_collectives = peer_memory_transport<Tr>&& host_transport<Tr>;
+inline constexpr bool has_direct_collectives = (peer_memory_transport<Tr> && host_transport<Tr>);
 
 /// The name a native call states in its header and stall notes.
 inline constexpr std::string_view native_collective_name = "native";

@@ -659,9 +659,8 @@ class shm {
     if (ready()) return;
     st.check_usable();
     const std::string what = describe_flag(k, v);
-    // Only the steps inside a call teach the spin policy; the header round and the done
-    // flag wait for peers to arrive (a 2-rank allgather after broadcasts under MPICH went
-    // from 1.5x to 0.7x MPI_Allgather when they did: docs/collectives.md).
+    // Only the steps inside a call teach the spin policy: the header round and the done
+    // flag wait for peers to arrive, which says nothing about spinning (docs/collectives.md).
     detail::learning_wait(
         st.seg_.ctl(st.rank_), st.spin_, d.at, ready,
         [&](clock::time_point now) {
