@@ -49,6 +49,7 @@ struct options {
   std::size_t min_bytes = 1 << 20, max_bytes = 64 << 20;
   std::size_t iters = 10, warmup = 3;
   std::size_t node_ranks = 0;  // two_level: consecutive ranks per node (0: per host)
+  bool check = true;           // --check 0: no argument agreement (what it costs)
 };
 
 std::size_t parse_size(const std::string& s) {
@@ -90,13 +91,20 @@ options parse(int argc, char** argv) {
       o.iters = static_cast<std::size_t>(std::atol(value().c_str()));
     } else if (a == "-w") {
       o.warmup = static_cast<std::size_t>(std::atol(value().c_str()));
+    } else if (a == "--check") {
+      const std::string v = value();
+      if (v != "0" && v != "1") {
+        std::fprintf(stderr, "collectives_perf: --check takes 0 or 1, got '%s'\n", v.c_str());
+        std::exit(2);
+      }
+      o.check = v == "1";
     } else if (a == "--node-ranks") {
       o.node_ranks = static_cast<std::size_t>(std::atol(value().c_str()));
     } else {
       std::fprintf(stderr,
                    "usage: collectives_perf [--transport shm|shm_reg|mpi|two_level] [--collective "
                    "all|broadcast|allgather|reduce_scatter] [-b MIN] [-e MAX] [-n ITERS] [-w "
-                   "WARMUP] [--node-ranks K]\n");
+                   "WARMUP] [--node-ranks K] [--check 0|1]\n");
       std::exit(2);
     }
   }
@@ -154,7 +162,9 @@ void place(Tr& t, subject& s, std::size_t in, std::size_t out, bool heap) {
 }
 
 template <class Tr>
-subject make(Tr& t, const std::string& c, std::size_t bytes, MPI_Comm comm, bool heap) {
+subject make(Tr& t, const std::string& c, std::size_t bytes, MPI_Comm comm, bool heap, bool check) {
+  gs::call_options opt;
+  opt.check = check;
   const std::size_t n = t.size(), r = t.rank(), total = bytes / sizeof(float), m = total / n;
   subject s;
   const int im = static_cast<int>(m);
@@ -163,7 +173,7 @@ subject make(Tr& t, const std::string& c, std::size_t bytes, MPI_Comm comm, bool
     s.fill = [&s, r, total] {
       for (std::size_t i = 0; i < total; ++i) s.out[i] = value_at(r == 0 ? 0 : 7, i);
     };
-    s.gradsync_run = [&t, &s] { gs::broadcast(t, std::span<float>(s.out), 0); };
+    s.gradsync_run = [&t, &s, opt] { gs::broadcast(t, std::span<float>(s.out), 0, opt); };
     s.mpi_run = [&s, total, comm] {
       MPI_Bcast(s.out.data(), static_cast<int>(total), MPI_FLOAT, 0, comm);
     };
@@ -178,8 +188,8 @@ subject make(Tr& t, const std::string& c, std::size_t bytes, MPI_Comm comm, bool
       for (std::size_t i = 0; i < m; ++i) s.in[i] = value_at(r, i);
       std::fill(s.out.begin(), s.out.end(), -1.0f);
     };
-    s.gradsync_run = [&t, &s] {
-      gs::allgather(t, std::span<const float>(s.in), std::span<float>(s.out));
+    s.gradsync_run = [&t, &s, opt] {
+      gs::allgather(t, std::span<const float>(s.in), std::span<float>(s.out), opt);
     };
     s.mpi_run = [&s, im, comm] {
       MPI_Allgather(s.in.data(), im, MPI_FLOAT, s.out.data(), im, MPI_FLOAT, comm);
@@ -195,8 +205,9 @@ subject make(Tr& t, const std::string& c, std::size_t bytes, MPI_Comm comm, bool
     s.fill = [&s, r, n, m] {
       for (std::size_t i = 0; i < n * m; ++i) s.in[i] = static_cast<float>((i + r) % 5);
     };
-    s.gradsync_run = [&t, &s] {
-      gs::reduce_scatter(t, std::span<const float>(s.in), std::span<float>(s.out), gs::op::sum);
+    s.gradsync_run = [&t, &s, opt] {
+      gs::reduce_scatter(t, std::span<const float>(s.in), std::span<float>(s.out), gs::op::sum,
+                         opt);
     };
     s.mpi_run = [&s, im, comm] {
       MPI_Reduce_scatter_block(s.in.data(), s.out.data(), im, MPI_FLOAT, MPI_SUM, comm);
@@ -226,15 +237,16 @@ std::size_t run_all(Tr& t, const options& o, MPI_Comm comm, const char* mpi_name
   if (me == 0) gradsync::bench::print_build_note();
   for (const std::string& c : o.collectives) {
     if (me == 0) {
-      std::printf("# %s  transport=%s  ranks=%zu  mpi=%s  float sum, interleaved with MPI\n",
-                  c.c_str(), o.transport.c_str(), n, mpi_name);
+      std::printf("# %s  transport=%s  ranks=%zu  mpi=%s  float sum, interleaved with MPI%s\n",
+                  c.c_str(), o.transport.c_str(), n, mpi_name,
+                  o.check ? "" : "  (--check 0: no argument agreement)");
       std::printf("#%12s %12s %12s %9s %9s %12s %9s %9s %8s %8s\n", "bytes", "count", "gs time us",
                   "algbw", "busbw", "mpi time us", "algbw", "busbw", "gs/mpi", "#wrong");
       std::fflush(stdout);
     }
     for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
       const std::size_t per = bytes / sizeof(float) / n * n * sizeof(float);  // n blocks
-      subject s = make(t, c, per, comm, o.transport == "shm_reg");
+      subject s = make(t, c, per, comm, o.transport == "shm_reg", o.check);
       std::vector<double> tg(o.iters), tm(o.iters);
       s.fill();
       for (std::size_t i = 0; i < o.warmup; ++i) s.gradsync_run(), s.mpi_run();
