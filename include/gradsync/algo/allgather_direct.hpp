@@ -54,7 +54,7 @@ struct allgather_direct {
     const bool stream = out.size() >= detail::direct_stream_min_bytes;
     if (detail::all_registered(c)) {
       for (std::size_t j = 0; j < n; ++j) {
-        const std::byte* src = j == r ? mine.data() : registered_block(t, c, j);
+        const std::byte* src = j == r ? mine.data() : detail::registered_at(c, j);
         detail::copy_out(out.data() + j * b, src, b, stream);
       }
       c.close_in_place(stream);
@@ -87,17 +87,6 @@ struct allgather_direct {
       }
     }
     return k;
-  }
-
- private:
-  template <class Tr, class C>
-  static const std::byte* registered_block(Tr& t, C& c, std::size_t j) {
-    if constexpr (detail::registered_memory_transport<Tr>) {
-      return t.heap(j) + detail::note_of(c, j);
-    } else {
-      (void)t, (void)c, (void)j;
-      return nullptr;  // all_registered() is false without a heap
-    }
   }
 };
 

@@ -61,11 +61,7 @@ struct broadcast_direct {
     }
     const bool stream = b >= detail::direct_stream_min_bytes;
     if (detail::note_of(c, root) != detail::not_registered) {
-      if constexpr (detail::registered_memory_transport<Tr>) {
-        if (!is_root) {
-          detail::copy_out(data.data(), t.heap(root) + detail::note_of(c, root), b, stream);
-        }
-      }
+      if (!is_root) detail::copy_out(data.data(), detail::registered_at(c, root), b, stream);
       c.close_in_place(stream);
       return 0;
     }

@@ -63,8 +63,12 @@ struct reduce_scatter_direct {
     c.after_open(agreed);
     if (detail::all_registered(c)) {
       detail::reduce_rank_order(
-          out.data(), [&](std::size_t j) { return registered_input(t, c, in, j) + r * m; }, n, m,
-          op);
+          out.data(),
+          [&](std::size_t j) -> const T* {
+            return (j == r ? in.data() : reinterpret_cast<const T*>(detail::registered_at(c, j))) +
+                   r * m;
+          },
+          n, m, op);
       c.finalize(out.data(), m, op);
       c.close_in_place(false);
       return 0;
@@ -89,18 +93,6 @@ struct reduce_scatter_direct {
     }
     c.close();
     return (n - 1) * m * sizeof(T);
-  }
-
- private:
-  template <class Tr, class C, class T>
-  static const T* registered_input(Tr& t, C& c, std::span<const T> in, std::size_t j) {
-    if constexpr (detail::registered_memory_transport<Tr>) {
-      if (j == c.r_) return in.data();
-      return reinterpret_cast<const T*>(t.heap(j) + detail::note_of(c, j));
-    } else {
-      (void)t, (void)c, (void)j;
-      return in.data();  // all_registered() is false without a heap
-    }
   }
 };
 

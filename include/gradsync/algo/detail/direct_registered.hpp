@@ -63,6 +63,19 @@ std::uint64_t note_of(direct_call<Tr, T, Op>& c, std::size_t j) {
   return off;
 }
 
+/// After open(): where rank j's registered buffer lies in this process (its heap, at the
+/// offset it published). Only meaningful when its note is not not_registered; nullptr on
+/// transports without a heap.
+template <class Tr, class T, class Op>
+const std::byte* registered_at(direct_call<Tr, T, Op>& c, std::size_t j) {
+  if constexpr (registered_memory_transport<Tr>) {
+    return c.t_.heap(j) + note_of(c, j);
+  } else {
+    (void)c, (void)j;
+    return nullptr;
+  }
+}
+
 /// After open(): whether every rank's vector is registered (the same answer everywhere).
 template <class Tr, class T, class Op>
 bool all_registered(direct_call<Tr, T, Op>& c) {
