@@ -67,6 +67,18 @@ class rank_env {
     __atomic_store_n(&s_->nrecords, s_->nrecords + 1, __ATOMIC_RELEASE);
   }
   void bump() { __atomic_add_fetch(&s_->progress, 1, __ATOMIC_RELEASE); }
+  /// Runs `call`, which must throw a gradsync::error of `code` whose message contains
+  /// `part`; reports `label` with wrong = 0 when it did, 1 otherwise.
+  template <class Call>
+  void report_error(const std::string& label, errc code, const std::string& part, Call&& call) {
+    bool ok = false;
+    try {
+      call();
+    } catch (const error& e) {
+      ok = e.code() == code && std::string(e.what()).find(part) != std::string::npos;
+    }
+    report(label, ok ? 0 : 1, 0);
+  }
 
  private:
   detail::shared_rank* s_;

@@ -365,14 +365,7 @@ TEST_CASE("shm: mismatched counts or types raise mismatch on every rank, then wo
       [](gs::transport::shm& t, rank_env& env) {
         const std::size_t r = t.rank(), n = t.size();
         auto expect_mismatch = [&](const char* label, const char* field, auto&& call) {
-          std::uint64_t ok = 0;
-          try {
-            call();
-          } catch (const gs::error& e) {
-            ok = e.code() == gs::errc::mismatch &&
-                 std::string(e.what()).find(field) != std::string::npos;
-          }
-          env.report(label, ok ? 0 : 1, 0);
+          env.report_error(label, gs::errc::mismatch, field, call);
         };
         auto count_of = [&](std::size_t base) { return base + (r == 1 ? 1 : 0); };
         std::vector<float> small(count_of(10)), large(count_of(2000000));
