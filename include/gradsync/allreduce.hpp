@@ -72,7 +72,8 @@ void checked_allreduce(Tr& t, std::span<T> data, reduce_op op, std::string_view 
                        bool self_checked, const call_options& opt, const call_context& ctx,
                        function_ref<void()> run) {
   const std::uint64_t seq = ctx.seq;
-  const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
+  // ctx.check_finite: the algorithm checks in its own pass (it also sets the header flag).
+  const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite && !ctx.check_finite;
   recorded(
       opt, seq,
       [&] {
@@ -80,7 +81,7 @@ void checked_allreduce(Tr& t, std::span<T> data, reduce_op op, std::string_view 
           std::vector<call_header> table;
           agree(t,
                 call_header::make(seq, data.size(), dtype_of<T>::value, op, algo,
-                                  finite ? call_header::finite_checked : 0),
+                                  finite || ctx.check_finite ? call_header::finite_checked : 0),
                 ctx.until, table);
         }
         if (finite) {
@@ -120,7 +121,7 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   static_assert(!std::is_const_v<T>,
                 "gradsync: the in-place allreduce writes its buffer; pass a std::span of "
                 "non-const elements (or use the overload with a separate output span)");
-  const call_context ctx = detail::begin_call(
+  call_context ctx = detail::begin_call(
       t, opt, {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}});
   // Algorithms that compare call headers in their own first exchange (algo::direct_*)
   // declare `checks_headers = true` (or `checks_headers_on<Tr>`) and skip this round trip.
@@ -130,6 +131,16 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   constexpr bool checks_on_tr = requires {
     requires A::template checks_headers_on<Tr>;
   };
+  // Those that look for NaN and Inf in their own first read of the input declare
+  // `checks_finite` (or `checks_finite_on<Tr>`): no separate pass over it.
+  constexpr bool finite_always = requires {
+    requires A::checks_finite;
+  };
+  constexpr bool finite_on_tr = requires {
+    requires A::template checks_finite_on<Tr>;
+  };
+  ctx.check_finite = (finite_always || finite_on_tr) && opt.check_finite &&
+                     kernels::can_be_non_finite_v<std::remove_const_t<T>>;
   detail::checked_allreduce(t, data, Op::id, A::name, checks_always || checks_on_tr, opt, ctx,
                             [&] { A::run(t, data, op, ctx); });
 }

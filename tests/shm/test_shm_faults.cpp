@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // transport::shm under failure: a rank killed with SIGKILL mid-collective, a rank that
 // never calls (timeout), ranks that disagree on count or type (mismatch), bootstrap
-// errors; plus the segment's mode (0600) and its removal from /dev/shm.
+// errors; check_finite stopping every rank at the chunk holding a NaN; plus the
+// segment's mode (0600) and its removal from /dev/shm.
 #include <doctest/doctest.h>
 
 #include <pthread.h>
@@ -12,11 +13,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <bit>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -413,6 +418,128 @@ TEST_CASE("shm: mismatched counts or types raise mismatch on every rank, then wo
     INFO("rank " << r << ": " << out[r].what);
     CHECK(out[r].status == 0);
     REQUIRE(out[r].records.size() == 7);
+    for (const auto& rec : out[r].records) {
+      INFO(rec.label);
+      CHECK(rec.wrong == 0);
+    }
+  }
+}
+
+// Staging buffers of 192 KiB: two-shot chunks of a third, 16384 floats.
+constexpr std::size_t finite_chunk = 16384;
+
+TEST_CASE("shm: check_finite stops every rank at the chunk holding a NaN, before it is summed") {
+  gs::testbed::watchdog wd(60, "shm check_finite");
+  const auto out = gs::testbed::fork_ranks(
+      3, gs::testbed::unique_job("finite"),
+      [](gs::transport::shm& t, rank_env& env) {
+        const std::size_t r = t.rank(), n = t.size();
+        constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+        constexpr float inf = std::numeric_limits<float>::infinity();
+        const gs::call_options check{.check_finite = true};
+        auto input = [&](std::span<float> v) {
+          gs::testing::fill_inputs(v, gs::reduce_op::sum, r, n);
+        };
+        // Elements in [from, to) whose bits differ from the input's.
+        auto changed = [&](std::span<const float> v, std::size_t from, std::size_t to) {
+          std::vector<float> in(v.size());
+          input(std::span<float>(in));
+          std::size_t c = 0;
+          for (std::size_t i = from; i < to; ++i) {
+            c += std::bit_cast<std::uint32_t>(in[i]) != std::bit_cast<std::uint32_t>(v[i]);
+          }
+          return c;
+        };
+        auto non_finite = [](std::span<const float> v) {
+          std::size_t c = 0;
+          for (float x : v) c += !std::isfinite(x);
+          return c;
+        };
+        auto expect = [&](const std::string& label, const char* part, auto&& call) {
+          env.report_error(label, gs::errc::non_finite, part, call);
+        };
+        const std::size_t count = 7 * finite_chunk + 3;  // 8 chunks, the last of 3 elements
+
+        // A NaN in the first chunk, in the slice its rank reduces itself (not staged): found
+        // before anything is reduced.
+        std::vector<float> v(count);
+        input(std::span<float>(v));
+        if (r == 1) v[6000] = nan;
+        expect("two-shot, chunk 0",
+               "rank 1 has NaN in its input at element 6000; nothing was reduced", [&] {
+                 gs::allreduce<gs::algo::auto_select>(t, std::span<float>(v), gs::op::sum, check);
+               });
+        env.report("chunk 0: data as it was", changed(v, 0, count) - (r == 1 ? 1 : 0), 0);
+
+        // Two ranks with a bad value in chunk 4, one more in chunk 6: rank 0 is named (the
+        // lowest rank of the first bad chunk), chunks 0-2 are reduced, 4 on untouched.
+        input(std::span<float>(v));
+        const std::size_t at0 = 4 * finite_chunk + 7000, at2 = 4 * finite_chunk + 100;
+        if (r == 0) v[at0] = nan;
+        if (r == 2) v[at2] = -inf;
+        if (r == 1) v[6 * finite_chunk + 1] = inf;
+        expect("two-shot, chunk 4",
+               "rank 0 has NaN in its input at element 72536 (1 more rank(s) have one too); no "
+               "rank summed it, but the first 65536 elements were already reduced in place",
+               [&] {
+                 gs::allreduce<gs::algo::direct_two_shot>(t, std::span<float>(v), gs::op::sum,
+                                                          check);
+               });
+        env.report("chunk 4: chunks 0-2 reduced",
+                   gs::testing::count_wrong(std::span<const float>(v).first(3 * finite_chunk),
+                                            gs::reduce_op::sum, n),
+                   0);
+        env.report("chunk 4: chunks 4-7 as they were", changed(v, 4 * finite_chunk, count) - 1, 0);
+        env.report("chunk 4: no rank summed a bad value", non_finite(v) - 1, 0);
+
+        // Registered buffers and the one-shot check the whole input first.
+        auto reg = t.allocate<float>(count);
+        input(reg.span());
+        if (r == 2) reg.span()[6 * finite_chunk] = nan;
+        expect("registered", "rank 2 has NaN in its input at element 98304; nothing was reduced",
+               [&] { gs::allreduce<gs::algo::auto_select>(t, reg.span(), gs::op::sum, check); });
+        env.report("registered: data as it was", changed(reg.span(), 0, count) - (r == 2 ? 1 : 0),
+                   0);
+        std::vector<float> small(1000);
+        input(std::span<float>(small));
+        if (r == 0) small[999] = -inf;
+        expect("one-shot", "rank 0 has -Inf in its input at element 999; nothing was reduced", [&] {
+          gs::allreduce<gs::algo::auto_select>(t, std::span<float>(small), gs::op::sum, check);
+        });
+        env.report("one-shot: data as it was", changed(small, 0, small.size()) - (r == 0 ? 1 : 0),
+                   0);
+
+        // Ranks that disagree on checking are a mismatch, not a hang.
+        input(std::span<float>(v));
+        env.report_error("check on one rank only", gs::errc::mismatch, "check_finite on vs off",
+                         [&] {
+                           gs::allreduce<gs::algo::auto_select>(t, std::span<float>(v), gs::op::sum,
+                                                                {.check_finite = r != 1});
+                         });
+
+        // Finite inputs pass the check with exact results, staged and registered.
+        input(std::span<float>(v));
+        gs::allreduce<gs::algo::auto_select>(t, std::span<float>(v), gs::op::sum, check);
+        env.report("after: staged",
+                   gs::testing::count_wrong(std::span<const float>(v), gs::reduce_op::sum, n), 0);
+        input(reg.span());
+        gs::allreduce<gs::algo::auto_select>(t, reg.span(), gs::op::sum, check);
+        env.report(
+            "after: registered",
+            gs::testing::count_wrong(std::span<const float>(reg.span()), gs::reduce_op::sum, n), 0);
+      },
+      {.time_limit = 40,
+       .max_records = 16,
+       .configure =
+           [](gs::transport::shm_options& o) {
+             o.exchange_bytes = 3 * finite_chunk * sizeof(float);
+             o.heap_bytes = 4 << 20;
+           },
+       .while_running = {}});
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    INFO("rank " << r << ": " << out[r].what);
+    CHECK(out[r].status == 0);
+    REQUIRE(out[r].records.size() == 13);
     for (const auto& rec : out[r].records) {
       INFO(rec.label);
       CHECK(rec.wrong == 0);

@@ -93,6 +93,9 @@ struct auto_select {
   /// so allreduce() skips its agree() round trip there.
   template <class Tr>
   static constexpr bool checks_headers_on = direct_on<Tr>;
+  /// They check the input for NaN and Inf themselves too (check_finite).
+  template <class Tr>
+  static constexpr bool checks_finite_on = direct_on<Tr>;
   /// Where Tr has no extras to choose, every choice is ring, tree or halving_doubling.
   template <class Tr>
   static constexpr bool generic_on = !Tr::peer_access && !Tr::native_allreduce;

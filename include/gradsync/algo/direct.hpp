@@ -20,6 +20,10 @@
 //
 // Every element is combined in rank order 0, 1, ..., n-1 whichever rank computes it, and
 // op::avg is divided once, so every rank ends with the same bits.
+//
+// check_finite: a rank that finds a NaN or Inf marks its next stage flag, so every rank
+// stops at the same barrier. The staged two-shot checks each chunk as it stages it (no
+// extra pass); the other paths check the whole input before the first reduction.
 #pragma once
 
 #include <algorithm>
@@ -45,20 +49,28 @@ struct direct_one_shot {
   static constexpr bool needs_native = false;
   /// Compares the call headers in its first exchange; allreduce() skips agree().
   static constexpr bool checks_headers = true;
+  /// Checks the input for NaN and Inf itself (check_finite), sharing the findings in a
+  /// stage flag instead of a message round.
+  static constexpr bool checks_finite = true;
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
     detail::check_direct_transport<Tr>();
     detail::direct_call<Tr, T, Op> c(t, data, ctx);
-    if (c.n_ == 1) return c.finalize(c.data_, c.count_, op);
+    if (c.n_ == 1) {
+      c.check_finite_first();
+      return c.finalize(c.data_, c.count_, op);
+    }
     if (c.count_ <= c.inline_capacity()) {
       c.open(name, true);
+      c.check_finite_first();
       detail::reduce_rank_order(
           c.data_, [&](std::size_t j) { return c.payload(j); }, c.n_, c.count_, op);
       c.finalize(c.data_, c.count_, op);
       return c.close();
     }
     c.open(name, false);
+    c.check_finite_first();
     const std::size_t chunk = c.half_elems();
     for (std::size_t k = 0, off = 0; off < c.count_; ++k, off += chunk) {
       const std::size_t len = std::min(chunk, c.count_ - off);
@@ -83,17 +95,26 @@ struct direct_two_shot {
   static constexpr std::size_t scratch_slot = detail::registered_scratch_slot;
   /// Compares the call headers in its first exchange; allreduce() skips agree().
   static constexpr bool checks_headers = true;
+  /// Checks the input for NaN and Inf itself (check_finite): staged, in the copy that
+  /// stages each chunk, so a late chunk's NaN is found after earlier chunks were reduced.
+  static constexpr bool checks_finite = true;
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
     detail::check_direct_transport<Tr>();
     detail::direct_call<Tr, T, Op> c(t, data, ctx);
     const std::size_t n = c.n_, r = c.r_;
-    if (n == 1) return c.finalize(c.data_, c.count_, op);
+    if (n == 1) {
+      c.check_finite_first();
+      return c.finalize(c.data_, c.count_, op);
+    }
     const bool stream = c.count_ * sizeof(T) >= detail::direct_stream_min_bytes;
     const std::uint64_t note = detail::registered_note(c);
     c.open(name, false, &note, sizeof note);
-    if (detail::all_registered(c)) return detail::two_shot_registered(c, op, stream);
+    if (detail::all_registered(c)) {
+      c.check_finite_first();
+      return detail::two_shot_registered(c, op, stream);
+    }
     // Chunks rotate through thirds of the staging buffer, so that staging chunk k+1 and
     // publishing the reduced slices of chunk k share one barrier: when a rank stages
     // chunk k+1 into third (k+1)%3, every peer has passed the barrier after chunk k-1,
@@ -101,19 +122,33 @@ struct direct_two_shot {
     const std::size_t chunk = c.third_elems();
     const std::size_t chunks = (c.count_ + chunk - 1) / chunk;
     auto len_of = [&](std::size_t k) { return std::min(chunk, c.count_ - k * chunk); };
-    auto stage = [&](std::size_t k) {  // copy the slices the others reduce
+    // With check_finite, staging also looks for NaN and Inf in the whole chunk (the own
+    // slice without copying it), and the barrier after it carries what it found.
+    const bool finite = c.check_finite();
+    auto stage = [&](std::size_t k) {  // copy the slices the others reduce; true: chunk k is bad
       const std::size_t len = len_of(k);
       T* in = c.data_ + k * chunk;
       T* mine = c.third(r, k);
+      bool bad = false;
       for (std::size_t i = 0; i < n; ++i) {
         const detail::range s = detail::part(len, n, i);
-        if (i != r) std::memcpy(mine + s.offset, in + s.offset, s.count * sizeof(T));
+        if (!finite) {
+          if (i != r) std::memcpy(mine + s.offset, in + s.offset, s.count * sizeof(T));
+        } else if (i != r) {
+          bad |= kernels::copy_first_non_finite(mine + s.offset, in + s.offset, s.count) < s.count;
+        } else {
+          bad |= kernels::first_non_finite(in + s.offset, s.count) < s.count;
+        }
       }
+      return bad;
     };
-    if (chunks > 0) {
-      stage(0);
-      c.barrier(1);
-    }
+    // Chunk k was staged before step k + 1; its input is untouched until iteration k.
+    auto staged = [&](std::size_t k, bool bad) {
+      if (!finite) return c.barrier(k + 1);
+      if (c.barrier_marked(k + 1, bad))
+        c.fail_non_finite(c.data_ + k * chunk, len_of(k), k * chunk, k * chunk);
+    };
+    if (chunks > 0) staged(0, stage(0));
     for (std::size_t k = 0; k < chunks; ++k) {
       const std::size_t len = len_of(k);
       T* in = c.data_ + k * chunk;
@@ -125,8 +160,11 @@ struct direct_two_shot {
           my.count, op);
       c.finalize(mine + my.offset, my.count, op);
       detail::copy_out(in + my.offset, mine + my.offset, my.count * sizeof(T), stream);
-      if (k + 1 < chunks) stage(k + 1);
-      c.barrier(k + 2);
+      if (k + 1 < chunks) {
+        staged(k + 1, stage(k + 1));
+      } else {
+        c.barrier(k + 2);
+      }
       for (std::size_t i = 0; i < n; ++i) {  // gather the slices the others own
         const detail::range s = detail::part(len, n, i);
         if (i != r)

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gradsync/core/call.hpp"
@@ -78,29 +79,35 @@ finite_finding gather_first(Tr& t, const finite_finding& mine, deadline d) {
   return first_finding(all);
 }
 
+/// What a failed check left behind, as its message says (the default: nothing moved).
+inline constexpr std::string_view nothing_reduced = "nothing was reduced";
+
 /// Throws the finding as errc::non_finite on this rank. `tensor_name(i)`: how the
 /// call names tensor i ("tensor #3 ('fc1.weight')"; a one-buffer call: "its input").
 [[noreturn]] inline void throw_finding(const finite_finding& f, const error_site& site,
-                                       detail::function_ref<std::string(std::size_t)> tensor_name) {
+                                       detail::function_ref<std::string(std::size_t)> tensor_name,
+                                       std::string_view left = nothing_reduced) {
   std::string m = "non-finite input: " + std::string(f.who) + " has " + f.value + " in " +
                   tensor_name(static_cast<std::size_t>(f.tensor)) + " at element " +
                   std::to_string(f.index);
   if (f.ranks_bad > 1) m += " (" + std::to_string(f.ranks_bad - 1) + " more rank(s) have one too)";
-  m += "; nothing was reduced (call_options::check_finite)";
+  m += "; " + std::string(left) + " (call_options::check_finite)";
   throw error(errc::non_finite, site, m);
 }
 
 }  // namespace detail
 
 /// Shares this rank's finding `mine` over t and throws errc::non_finite on every rank
-/// when any rank found a NaN or Inf (the first rank's is named). Collective.
+/// when any rank found a NaN or Inf (the first rank's is named). Collective. `left`: what
+/// the message says the call left behind.
 template <transport_policy Tr>
 void agree_finite(Tr& t, const finite_finding& mine, deadline d,
-                  detail::function_ref<std::string(std::size_t)> tensor_name) {
+                  detail::function_ref<std::string(std::size_t)> tensor_name,
+                  std::string_view left = detail::nothing_reduced) {
   const finite_finding first = detail::gather_first(t, mine, d);
   if (first.found()) {
     detail::throw_finding(first, {static_cast<std::size_t>(mine.rank), error_site::npos},
-                          tensor_name);
+                          tensor_name, left);
   }
 }
 

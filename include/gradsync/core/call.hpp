@@ -42,6 +42,9 @@ struct call_context {
   deadline until;     ///< every wait gives up at this point
   std::uint64_t seq;  ///< the call's sequence number (same on every rank)
   std::uint32_t tag;  ///< tag for this call's messages (data_tag(seq))
+  /// The algorithm checks the input for NaN and Inf itself, in its own first pass
+  /// (set only for algorithms that declare checks_finite, e.g. algo::direct_two_shot).
+  bool check_finite = false;
 };
 
 /// The tag an algorithm's messages carry in call `seq` (15 bits: MPI guarantees 32767).

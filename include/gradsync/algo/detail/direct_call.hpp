@@ -21,8 +21,10 @@
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/check/consistency.hpp"
+#include "gradsync/check/finite.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/kernels/finite.hpp"
 #include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/concept.hpp"
 
@@ -157,7 +159,8 @@ class direct_call {
   /// `extra_bytes` of `extra` (if any) are published at the start of the payload.
   void open(std::string_view algo, bool with_payload, const void* extra = nullptr,
             std::size_t extra_bytes = 0) {
-    const call_header h = call_header::make(ctx_.seq, count_, dtype_of<T>::value, Op::id, algo);
+    const call_header h = call_header::make(ctx_.seq, count_, dtype_of<T>::value, Op::id, algo,
+                                            check_finite() ? call_header::finite_checked : 0);
     if (with_payload) {
       open_header(h, "allreduce", data_, count_ * sizeof(T));
     } else {
@@ -226,9 +229,60 @@ class direct_call {
   /// Posts chunk step `step` (>= 1) of this call and waits until every rank has.
   /// Steps count from `step_base` (raised by rounds a call adds in front).
   void barrier(std::uint64_t step) {
-    const std::uint64_t v = ((ctx_.seq + 1) << 32) | (step_base + step);
+    const std::uint64_t v = stage_value(step);
     t_.post_flag(flag_stage, v);
     t_.wait_flags(flag_stage, v, ctx_.until);
+  }
+
+  /// Whether this call checks its input for NaN and Inf itself (call_context::check_finite).
+  bool check_finite() const { return kernels::can_be_non_finite_v<T> && ctx_.check_finite; }
+
+  /// barrier(step), posted with a mark when this rank `found` a NaN or Inf in what it read
+  /// before it; true when any rank did, the same answer on every rank: a marked flag
+  /// stays as it is until every rank has left the call (the next call's header round
+  /// waits for all), and an unmarked one can only grow to a later step's value.
+  bool barrier_marked(std::uint64_t step, bool found) {
+    const std::uint64_t v = stage_value(step);
+    t_.post_flag(flag_stage, found ? v | found_mark : v);
+    t_.wait_flags(flag_stage, v, ctx_.until);
+    for (std::size_t j = 0; j < n_; ++j) {
+      if (t_.flag(j, flag_stage) == (v | found_mark)) return true;
+    }
+    return false;
+  }
+
+  /// After barrier_marked() said true: every rank states its first NaN or Inf in
+  /// [from, from + len) (element `first` of the input; ranks that found none there state
+  /// none), the ranks agree, and every rank throws errc::non_finite naming the first such
+  /// rank. `reduced`: how many elements before `first` the call has already reduced in place.
+  [[noreturn]] void fail_non_finite(const T* from, std::size_t len, std::size_t first,
+                                    std::size_t reduced) {
+    finite_finding mine = find_non_finite(t_, r_, from, len);
+    if (mine.found()) mine.index += first;
+    const std::string left =
+        reduced == 0 ? std::string(gradsync::detail::nothing_reduced)
+                     : "no rank summed it, but the first " + std::to_string(reduced) +
+                           " elements were already reduced in place, some only in part: "
+                           "large direct calls check each chunk as they stage it";
+    after_open([&] {
+      agree_finite(
+          t_, mine, ctx_.until, [](std::size_t) { return std::string("its input"); }, left);
+    });
+    // The marking rank reads its value again; only an input changed during the call
+    // (another thread writing it) gets here.
+    close();
+    throw error(errc::non_finite, {r_, error_site::npos, ctx_.seq},
+                "non-finite input: a rank found a NaN or Inf while staging its input but not "
+                "when reading it again; was the buffer written during the call?");
+  }
+
+  /// For paths that read every rank's input before sharing a chunk: the whole input is
+  /// checked first, with one marked barrier (it then counts as a step of its own).
+  void check_finite_first() {
+    if (!check_finite()) return;
+    const bool bad = kernels::first_non_finite(data_, count_) < count_;
+    if (barrier_marked(1, bad)) fail_non_finite(data_, count_, 0, 0);
+    step_base += 1;
   }
 
   void finalize(T* p, std::size_t len, Op op) { kernels::finalize(p, len, n_, op); }
@@ -240,6 +294,13 @@ class direct_call {
   std::size_t n_, r_;
   unsigned parity_;
   std::uint64_t step_base = 0;
+
+ private:
+  /// Steps stay below this bit; barrier_marked() sets it.
+  static constexpr std::uint64_t found_mark = std::uint64_t{1} << 31;
+  std::uint64_t stage_value(std::uint64_t step) const {
+    return ((ctx_.seq + 1) << 32) | (step_base + step);
+  }
 };
 
 template <class Tr>
