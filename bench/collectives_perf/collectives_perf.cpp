@@ -34,6 +34,7 @@
 #include <gradsync/broadcast.hpp>
 #include <gradsync/reduce_scatter.hpp>
 #include <gradsync/transport/mpi.hpp>
+#include <gradsync/transport/mpi/exit.hpp>
 #include <gradsync/transport/shm/from_mpi.hpp>
 #include <gradsync/transport/two_level/from_mpi.hpp>
 
@@ -317,8 +318,8 @@ int main(int argc, char** argv) {
     }
   } catch (const gs::error& e) {
     std::fprintf(stderr, "collectives_perf: %s\n", e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    gs::transport::abort_job(MPI_COMM_WORLD, 1);
   }
-  MPI_Finalize();
-  return wrong == 0 ? 0 : 1;
+  // Not MPI_Finalize: MPICH's can hang across hosts (transport/mpi/exit.hpp).
+  return gs::transport::finalize_job(wrong == 0 ? 0 : 1);
 }

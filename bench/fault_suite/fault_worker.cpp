@@ -181,8 +181,7 @@ int main(int argc, char** argv) {
         ++calls;
       });
     }
-    MPI_Finalize();
-    return 0;
+    return gs::transport::finalize_job(0);
   } catch (const gs::error& e) {
     recorder::active() = nullptr;
     rec.error(e, calls);

@@ -9,6 +9,7 @@
 // next piece's crossing.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -112,22 +113,20 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
         auto* const inside_buf = static_cast<std::byte*>(
             t.intra().scratch().get(6, node_direct ? 0 : local * nodes * b));
         const std::size_t pieces = algo::tuning::hierarchical_pieces(out.size(), t.pipelines());
-        // In pieces (across a network), every piece's exchange with every other node is
-        // posted with the first one, so that the link does not idle between pieces as it
-        // did with a ring per piece (docs/collectives.md, "two-level allgather").
-        const std::size_t per_piece = 2 * (nodes - 1);  // requests: a receive and a send per node
-        std::vector<typename Inter::request> posted;
-        auto post_all = [&] {
-          const std::size_t me = t.inter().rank();
-          posted.reserve(pieces * per_piece);
-          for (std::size_t k = 0; k < pieces; ++k) {
-            const algo::detail::range p = algo::detail::part(b, pieces, k);
-            std::byte* const got = across_buf + nodes * p.offset;  // node q's piece at q * count
-            std::memcpy(got + me * p.count, in.data() + p.offset, p.count);
-            for (std::size_t q = 0; q < nodes; ++q) {
-              if (q == me) continue;
-              posted.push_back(t.inter().irecv(q, got + q * p.count, p.count, out_c.tag));
-              posted.push_back(t.inter().isend(q, in.data() + p.offset, p.count, out_c.tag));
+        // In pieces (across a network): every receive is posted with the first piece, so
+        // that a peer's rendezvous is answered at once; the sends go `window` pieces at a
+        // time (tuning::pieces_in_flight_for: MPI interleaves concurrent sends to a peer,
+        // so pieces sent together arrive together); docs/collectives.md.
+        constexpr std::size_t in_flight = algo::tuning::pieces_in_flight_for<Inter>();
+        const std::size_t window = in_flight == 0 ? pieces : std::min(in_flight, pieces);
+        const std::size_t me = t.inter().rank(), others = nodes - 1;
+        std::vector<typename Inter::request> recvs, sends;
+        auto post_sends = [&](std::size_t k) {
+          const algo::detail::range p = algo::detail::part(b, pieces, k);
+          std::memcpy(across_buf + nodes * p.offset + me * p.count, in.data() + p.offset, p.count);
+          for (std::size_t q = 0; q < nodes; ++q) {
+            if (q != me) {
+              sends.push_back(t.inter().isend(q, in.data() + p.offset, p.count, out_c.tag));
             }
           }
         };
@@ -139,11 +138,28 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
                 std::span<std::byte>(across_buf + nodes * p.offset, nodes * p.count), out_c);
             return;
           }
-          if (i == 0) post_all();
-          for (std::size_t j = i * per_piece; j < (i + 1) * per_piece; ++j) {
-            t.inter().wait(posted[j], out_c.until);
+          if (i == 0) {
+            recvs.reserve(pieces * others);
+            sends.reserve(pieces * others);
+            for (std::size_t k = 0; k < pieces; ++k) {
+              const algo::detail::range pk = algo::detail::part(b, pieces, k);
+              std::byte* const got = across_buf + nodes * pk.offset;  // node q's piece at q * count
+              for (std::size_t q = 0; q < nodes; ++q) {
+                if (q != me) {
+                  recvs.push_back(t.inter().irecv(q, got + q * pk.count, pk.count, out_c.tag));
+                }
+              }
+            }
+            for (std::size_t k = 0; k < window; ++k) post_sends(k);
           }
-          sent_across += (nodes - 1) * p.count;
+          for (std::size_t j = i * others; j < (i + 1) * others; ++j) {
+            t.inter().wait(sends[j], out_c.until);
+          }
+          if (i + window < pieces) post_sends(i + window);
+          for (std::size_t j = i * others; j < (i + 1) * others; ++j) {
+            t.inter().wait(recvs[j], out_c.until);
+          }
+          sent_across += others * p.count;
         };
         std::optional<algo::detail::direct_call<Intra, std::byte, op::sum_t>> dc;
         std::uint64_t step = 0;

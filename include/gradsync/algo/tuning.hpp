@@ -42,6 +42,20 @@ constexpr std::size_t send_lag_for() {
   }
 }
 
+/// How many pieces of a pipelined two-level allgather go to each other node at once:
+/// Tr's own `static constexpr std::size_t pieces_in_flight` when it declares one, else 0
+/// (all of them; every receive is posted at once either way). MPI interleaves concurrent
+/// sends to one peer, so that all pieces arrive together at the end; sent one at a time
+/// they arrive in order and the node phase of each overlaps the next one's crossing.
+template <class Tr>
+constexpr std::size_t pieces_in_flight_for() {
+  if constexpr (requires { Tr::pieces_in_flight; }) {
+    return Tr::pieces_in_flight;
+  } else {
+    return 0;
+  }
+}
+
 /// Receives kept in flight by the ring's reduce-scatter (scratch slots of a segment each).
 inline constexpr std::size_t ring_inflight = 4;
 

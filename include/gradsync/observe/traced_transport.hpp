@@ -58,6 +58,8 @@ class traced_transport {
   static constexpr std::size_t pipeline_segment_bytes = algo::tuning::segment_bytes_for<Tr>();
   /// Likewise the ring's send lag (algo::tuning::send_lag_for).
   static constexpr std::size_t ring_send_lag = algo::tuning::send_lag_for<Tr>();
+  /// And its pieces in flight (algo::tuning::pieces_in_flight_for).
+  static constexpr std::size_t pieces_in_flight = algo::tuning::pieces_in_flight_for<Tr>();
 
   /// A request of Tr plus what it was for.
   struct request {
