@@ -4,9 +4,14 @@
 // GPU_REQUIRE_DEVICE() exits 77 (meson: skipped) with the reason when no GPU is usable.
 #pragma once
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <gradsync/core/cuda_check.hpp>
 
@@ -18,6 +23,22 @@ inline int& failures() {
 inline int finish(const char* name) {
   std::printf("%s: %s (%d failed checks)\n", name, failures() ? "FAILED" : "passed", failures());
   return failures() ? 1 : 0;
+}
+
+// Device buffer helpers: a copy of h in fresh device memory (at least one element, so
+// that an empty vector still gets a valid pointer), and n elements copied back.
+template <class T>
+T* to_device(const std::vector<T>& h) {
+  T* d = nullptr;
+  GRADSYNC_CUDA_CHECK(cudaMalloc(&d, std::max<std::size_t>(1, h.size()) * sizeof(T)));
+  GRADSYNC_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+template <class T>
+std::vector<T> to_host(const T* d, std::size_t n) {
+  std::vector<T> h(n);
+  GRADSYNC_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
 }
 }  // namespace gpu_test
 

@@ -55,20 +55,8 @@ void check_exact(gs::transport::nccl& t, std::size_t count, Op op, const char* w
             "%s on %zu rank(s), rank %zu", what, t.size(), t.rank());
 }
 
-// Device buffer helpers for the other collectives.
-template <class T>
-T* to_device(const std::vector<T>& h) {
-  T* d = nullptr;
-  GRADSYNC_CUDA_CHECK(cudaMalloc(&d, std::max<std::size_t>(1, h.size()) * sizeof(T)));
-  GRADSYNC_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-template <class T>
-std::vector<T> to_host(const T* d, std::size_t n) {
-  std::vector<T> h(n);
-  GRADSYNC_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
+using gpu_test::to_device;
+using gpu_test::to_host;
 
 // broadcast from every root, reduce_scatter of m elements per rank, then allgather of the
 // results: exact (fill_inputs' sums) on every rank.

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// transport::mpi_device — device buffers through MPI, over an existing transport::mpi.
+// transport::mpi_device — device buffers through MPI, over an existing transport::mpi:
+// allreduce (algo::native), broadcast, allgather and reduce_scatter.
 //
 //   gradsync::transport::mpi host{MPI_COMM_WORLD};
 //   gradsync::transport::mpi_device t{host, /*gpu=*/local_rank};
@@ -14,7 +15,8 @@
 //    never blocks: on stream(): copy device -> pinned; a host function hands the buffer
 //    to this transport's worker thread; a second host function waits until the worker's
 //    MPI allreduce is done; copy pinned -> device. The worker runs
-//    transport::mpi::allreduce_native (MPI_Iallreduce) under the call's deadline; an error
+//    transport::mpi's native call (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather,
+//    MPI_Ireduce_scatter_block) under the call's deadline; an error
 //    there is rethrown by synchronize(). Needs MPI_THREAD_MULTIPLE (the worker calls MPI
 //    while the user's thread may too), and the mpi transport must not be used by the
 //    caller while calls are in flight. The waiting host function holds CUDA's callback
@@ -28,6 +30,7 @@
 #endif
 
 #include <condition_variable>
+#include <cstddef>
 #include <cstdlib>
 #include <deque>
 #include <exception>
@@ -104,35 +107,58 @@ class mpi_device {
   /// algo::native's entry (see the header comment for the two paths).
   template <class T, class Op>
   void allreduce_native(T* data, std::size_t count, Op op, const call_context& ctx) {
-    GRADSYNC_CUDA_CHECK(cudaSetDevice(device_));
-    if (cuda_aware_) {
-      GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      if constexpr (kernels::needs_finalize_v<Op>) {
-        host_.allreduce_native(data, count, op::sum, ctx);
-        executor().finalize(data, count, host_.size(), op);
-      } else {
-        host_.allreduce_native(data, count, op, ctx);
-      }
-      return;
-    }
     const std::size_t bytes = count * sizeof(T);
-    if (bytes > pinned_bytes_) {
-      GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old buffer may be in use
-      if (pinned_) GRADSYNC_CUDA_CHECK(cudaFreeHost(pinned_));
-      pinned_ = nullptr;
-      GRADSYNC_CUDA_CHECK(cudaMallocHost(&pinned_, bytes));
-      pinned_bytes_ = bytes;
+    if constexpr (kernels::needs_finalize_v<Op>) {
+      if (cuda_aware_) {  // MPI sums device memory; the division is a kernel
+        staged(data, bytes, data, bytes, [this, count, ctx](const std::byte*, std::byte* h) {
+          host_.allreduce_native(reinterpret_cast<T*>(h), count, op::sum, ctx);
+        });
+        executor().finalize(data, count, host_.size(), op);
+        return;
+      }
     }
-    T* host = static_cast<T*>(pinned_);
-    GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(host, data, bytes, cudaMemcpyDeviceToHost, stream_));
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      pending_.push_back(
-          [this, host, count, op, ctx] { host_.allreduce_native(host, count, op, ctx); });
+    staged(data, bytes, data, bytes, [this, count, op, ctx](const std::byte*, std::byte* h) {
+      host_.allreduce_native(reinterpret_cast<T*>(h), count, op, ctx);
+    });
+  }
+
+  /// gradsync::broadcast's entry: MPI_Ibcast of the device buffer (or its staged copy).
+  void broadcast_native(std::byte* data, std::size_t bytes, std::size_t root,
+                        const call_context& ctx) {
+    staged(data, bytes, data, bytes, [this, bytes, root, ctx](const std::byte*, std::byte* h) {
+      host_.broadcast_native(h, bytes, root, ctx);
+    });
+  }
+
+  /// gradsync::allgather's entry: MPI_Iallgather of `bytes` per rank.
+  void allgather_native(const std::byte* in, std::byte* out, std::size_t bytes,
+                        const call_context& ctx) {
+    staged(in, bytes, out, bytes * host_.size(),
+           [this, bytes, ctx](const std::byte* hi, std::byte* ho) {
+             host_.allgather_native(hi, ho, bytes, ctx);
+           });
+  }
+
+  /// gradsync::reduce_scatter's entry: MPI_Ireduce_scatter_block of `count` elements per
+  /// rank (op::avg on device memory: sums in MPI, then a division kernel).
+  template <class T, class Op>
+  void reduce_scatter_native(const T* in, T* out, std::size_t count, Op op,
+                             const call_context& ctx) {
+    const std::size_t bytes = count * sizeof(T), in_bytes = bytes * host_.size();
+    if constexpr (kernels::needs_finalize_v<Op>) {
+      if (cuda_aware_) {
+        staged(in, in_bytes, out, bytes, [this, count, ctx](const std::byte* hi, std::byte* ho) {
+          host_.reduce_scatter_native(reinterpret_cast<const T*>(hi), reinterpret_cast<T*>(ho),
+                                      count, op::sum, ctx);
+        });
+        executor().finalize(out, count, host_.size(), op);
+        return;
+      }
     }
-    GRADSYNC_CUDA_CHECK(cudaLaunchHostFunc(stream_, &mpi_device::hand_over, this));
-    GRADSYNC_CUDA_CHECK(cudaLaunchHostFunc(stream_, &mpi_device::wait_done, this));
-    GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(data, host, bytes, cudaMemcpyHostToDevice, stream_));
+    staged(in, in_bytes, out, bytes, [this, count, op, ctx](const std::byte* hi, std::byte* ho) {
+      host_.reduce_scatter_native(reinterpret_cast<const T*>(hi), reinterpret_cast<T*>(ho), count,
+                                  op, ctx);
+    });
   }
 
   /// Makes this rank's wait in flight and every later one fail with errc::aborted: the
@@ -152,11 +178,11 @@ class mpi_device {
       if (e != cudaErrorNotReady) cuda::check(e, "cudaStreamQuery", __FILE__, __LINE__, {rank()});
       if (abort_.raised()) {
         abort_switch::throw_aborted({rank(), error_site::npos, seq_ - 1},
-                                    "while this rank waited for its staged MPI allreduce");
+                                    "while this rank waited for its staged MPI call");
       }
       if (until.expired()) {
         throw error(errc::timeout, {rank(), error_site::npos, seq_ - 1},
-                    "mpi_device: the staged MPI allreduce did not finish before the deadline");
+                    "mpi_device: the staged MPI call did not finish before the deadline");
       }
       std::this_thread::yield();
     }
@@ -180,6 +206,43 @@ class mpi_device {
     auto* t = static_cast<mpi_device*>(self);
     std::unique_lock<std::mutex> lk(t->m_);
     t->cv_.wait(lk, [t] { return t->finished_ >= t->released_ || t->stop_; });
+  }
+
+  /// Runs `job(in, out)` on the call's buffers: with CUDA-aware MPI on the device
+  /// pointers once the stream is idle; otherwise on pinned host copies, stream-ordered:
+  /// in_bytes copied down, the job handed to the worker, out_bytes copied back up (one
+  /// region when in == out).
+  template <class Job>
+  void staged(const void* in, std::size_t in_bytes, void* out, std::size_t out_bytes, Job job) {
+    GRADSYNC_CUDA_CHECK(cudaSetDevice(device_));
+    if (cuda_aware_) {
+      GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      job(static_cast<const std::byte*>(in), static_cast<std::byte*>(out));
+      return;
+    }
+    const bool in_place = in == out;
+    const std::size_t need = in_place ? in_bytes : in_bytes + out_bytes;
+    if (need > pinned_bytes_) {
+      GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old buffer may be in use
+      if (pinned_) GRADSYNC_CUDA_CHECK(cudaFreeHost(pinned_));
+      pinned_ = nullptr;
+      GRADSYNC_CUDA_CHECK(cudaMallocHost(&pinned_, need));
+      pinned_bytes_ = need;
+    }
+    std::byte* const h_in = static_cast<std::byte*>(pinned_);
+    std::byte* const h_out = in_place ? h_in : h_in + in_bytes;
+    if (in_bytes) {
+      GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(h_in, in, in_bytes, cudaMemcpyDeviceToHost, stream_));
+    }
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      pending_.push_back([job, h_in, h_out] { job(h_in, h_out); });
+    }
+    GRADSYNC_CUDA_CHECK(cudaLaunchHostFunc(stream_, &mpi_device::hand_over, this));
+    GRADSYNC_CUDA_CHECK(cudaLaunchHostFunc(stream_, &mpi_device::wait_done, this));
+    if (out_bytes) {
+      GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(out, h_out, out_bytes, cudaMemcpyHostToDevice, stream_));
+    }
   }
 
   void work() {
