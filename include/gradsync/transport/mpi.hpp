@@ -92,6 +92,18 @@ struct mpi_options {
   network_hint network = network_hint::detect;
 };
 
+namespace detail {
+/// One under Open MPI, which interleaves concurrent sends to a peer (2 x 2 ranks, 1 Gbit/s,
+/// 64 MiB: 317 -> 286 ms); all under MPICH over UCX, where overlapping the node phase with
+/// UCX's progress cost more than it saved on the simulated hosts' shared cores
+/// (docs/collectives.md, "two-level allgather").
+#if defined(OPEN_MPI) && OPEN_MPI
+inline constexpr std::size_t mpi_pieces_in_flight = 1;
+#else
+inline constexpr std::size_t mpi_pieces_in_flight = 0;
+#endif
+}  // namespace detail
+
 class mpi {
  public:
   static constexpr std::string_view name = "mpi";
@@ -109,15 +121,8 @@ class mpi {
   /// is reused while hot (docs/perf/tuning.md, "transport::mpi constants").
   static constexpr std::size_t ring_send_lag = 1;
   /// Pieces of a pipelined two-level allgather sent to a peer at once (0: all;
-  /// algo::tuning::pieces_in_flight_for). One under Open MPI, which interleaves concurrent
-  /// sends (2 x 2 ranks, 1 Gbit/s, 64 MiB: 317 -> 284 ms); all under MPICH over UCX, where
-  /// overlapping the node phase with UCX's progress cost more on the simulated hosts'
-  /// shared cores than it saved (docs/collectives.md, "two-level allgather").
-#if defined(OPEN_MPI) && OPEN_MPI
-  static constexpr std::size_t pieces_in_flight = 1;
-#else
-  static constexpr std::size_t pieces_in_flight = 0;
-#endif
+  /// algo::tuning::pieces_in_flight_for): see detail::mpi_pieces_in_flight.
+  static constexpr std::size_t pieces_in_flight = detail::mpi_pieces_in_flight;
 
   /// A posted send or receive: one MPI request per piece of at most max_message_bytes.
   /// Destroying an unfinished one cancels it (receives reliably; sends as far as the MPI
@@ -236,9 +241,7 @@ class mpi {
 
   mpi(const mpi&) = delete;
   mpi& operator=(const mpi&) = delete;
-  mpi(mpi&& o) noexcept : stall_(seconds_d{0}), abort_(nullptr) {
-    swap(o);
-  }
+  mpi(mpi&& o) noexcept : stall_(seconds_d{0}), abort_(nullptr) { swap(o); }
   mpi& operator=(mpi&& o) noexcept {
     if (this != &o) {
       release();
@@ -246,31 +249,17 @@ class mpi {
     }
     return *this;
   }
-  ~mpi() {
-    release();
-  }
+  ~mpi() { release(); }
 
-  std::size_t rank() const {
-    return rank_;
-  }
-  std::size_t size() const {
-    return size_;
-  }
+  std::size_t rank() const { return rank_; }
+  std::size_t size() const { return size_; }
   /// The transport's own communicator (the duplicate), e.g. for a user's MPI_Barrier.
-  MPI_Comm comm() const {
-    return comm_;
-  }
-  const mpi_options& options() const {
-    return opt_;
-  }
+  MPI_Comm comm() const { return comm_; }
+  const mpi_options& options() const { return opt_; }
   /// True when this transport's ranks are on more than one host (mpi_options::network).
-  bool crosses_network() const {
-    return network_;
-  }
+  bool crosses_network() const { return network_; }
   /// True when `peer` shares memory with this rank (MPI_COMM_TYPE_SHARED).
-  bool same_host(std::size_t peer) const {
-    return peer < size_ && host_[peer] == host_[rank_];
-  }
+  bool same_host(std::size_t peer) const { return peer < size_ && host_[peer] == host_[rank_]; }
   /// Rank q as messages name it: its rank in MPI_COMM_WORLD and its host ("rank 5 on
   /// node-b"), also in a sub-group.
   std::string describe_rank(std::size_t q) const {
@@ -413,9 +402,7 @@ class mpi {
   /// Tells every peer that this rank failed, and why (transport::two_level relays a
   /// failure of its other level this way): their waits on this transport end at once
   /// with errc::peer_lost quoting `cause`. Nonblocking; once per transport.
-  void announce_failure(const char* cause) noexcept {
-    stall_.announce(comm_, rank_, cause);
-  }
+  void announce_failure(const char* cause) noexcept { stall_.announce(comm_, rank_, cause); }
   /// Called from this rank's waits on another level of a two_level, for job rank
   /// `blocked_on - 1` (0: none): answers the peers' stall queries, saying so, and returns
   /// a peer's failure notice if one has arrived (as failure_notice()), else "".
@@ -433,35 +420,21 @@ class mpi {
   }
 
   /// This rank enters call `seq` (the entry points call it; core/stall.hpp).
-  void enter_call(std::uint64_t seq, const call_note& note) {
-    stall_.watch().enter(seq, note);
-  }
+  void enter_call(std::uint64_t seq, const call_note& note) { stall_.watch().enter(seq, note); }
 
   /// Makes this rank's wait in flight and every later one fail with errc::aborted within
   /// ~1 ms (core/abort.hpp); its peers then time out, or the job is ended
   /// (transport::abort_job). Thread-safe and async-signal-safe.
-  void abort() noexcept {
-    abort_.raise();
-  }
+  void abort() noexcept { abort_.raise(); }
 
   /// False once a wait has failed or the stall board has talked: this transport then
   /// leaves its communicator allocated when destroyed (see release).
-  bool frees_communicator() const {
-    return clean_ && !stall_.had_traffic();
-  }
+  bool frees_communicator() const { return clean_ && !stall_.had_traffic(); }
 
-  std::uint64_t next_seq() {
-    return seq_++;
-  }
-  std::uint64_t last_seq() const {
-    return seq_ - 1;
-  }
-  workspace& scratch() {
-    return scratch_;
-  }
-  kernels::host_executor executor() const {
-    return {};
-  }
+  std::uint64_t next_seq() { return seq_++; }
+  std::uint64_t last_seq() const { return seq_ - 1; }
+  workspace& scratch() { return scratch_; }
+  kernels::host_executor executor() const { return {}; }
 
   /// The ranks that pass the same `color` (>= 0) form a new transport, ordered by `key`
   /// then by rank here (MPI_Comm_split; collective over this transport's ranks).
@@ -554,20 +527,12 @@ class mpi {
   /// Huge-page slabs this transport keeps for staging sends (mpi_stage.hpp), its
   /// blocks now in use by unfinished sends, and those given up to sends that were
   /// freed before they completed (for tests and statistics).
-  std::size_t stage_slabs() const {
-    return stage_ ? stage_->slabs() : 0;
-  }
-  std::size_t stage_blocks_in_use() const {
-    return stage_ ? stage_->in_use() : 0;
-  }
-  std::size_t stage_blocks_abandoned() const {
-    return stage_ ? stage_->abandoned() : 0;
-  }
+  std::size_t stage_slabs() const { return stage_ ? stage_->slabs() : 0; }
+  std::size_t stage_blocks_in_use() const { return stage_ ? stage_->in_use() : 0; }
+  std::size_t stage_blocks_abandoned() const { return stage_ ? stage_->abandoned() : 0; }
 
   /// User-defined MPI ops this transport has created (for tests).
-  std::size_t user_ops() const {
-    return ops_.user_ops();
-  }
+  std::size_t user_ops() const { return ops_.user_ops(); }
 
   /// Throws errc::invalid_argument unless MPI was initialized with at least `needed`
   /// thread support (MPI_THREAD_SERIALIZED for one background thread at a time,
@@ -603,9 +568,7 @@ class mpi {
  private:
   struct adopt_tag {};
   // Takes ownership of an already private communicator (from split).
-  mpi(MPI_Comm owned, mpi_options opt, adopt_tag) : comm_(owned), opt_(opt) {
-    adopt();
-  }
+  mpi(MPI_Comm owned, mpi_options opt, adopt_tag) : comm_(owned), opt_(opt) { adopt(); }
 
   void check_usable_and_options(MPI_Comm comm) const {
     if (!detail::mpi_usable()) {
