@@ -14,7 +14,7 @@
 //  - Otherwise staging through a pinned host buffer, stream-ordered, the calling thread
 //    never blocks: on stream(): copy device -> pinned; a host function hands the buffer
 //    to this transport's worker thread; a second host function waits until the worker's
-//    MPI allreduce is done; copy pinned -> device. The worker runs
+//    MPI call is done; copy pinned -> device. The worker runs
 //    transport::mpi's native call (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather,
 //    MPI_Ireduce_scatter_block) under the call's deadline; an error
 //    there is rethrown by synchronize(). Needs MPI_THREAD_MULTIPLE (the worker calls MPI
@@ -108,24 +108,18 @@ class mpi_device {
   template <class T, class Op>
   void allreduce_native(T* data, std::size_t count, Op op, const call_context& ctx) {
     const std::size_t bytes = count * sizeof(T);
-    if constexpr (kernels::needs_finalize_v<Op>) {
-      if (cuda_aware_) {  // MPI sums device memory; the division is a kernel
-        staged(data, bytes, data, bytes, [this, count, ctx](const std::byte*, std::byte* h) {
-          host_.allreduce_native(reinterpret_cast<T*>(h), count, op::sum, ctx);
-        });
-        executor().finalize(data, count, host_.size(), op);
-        return;
-      }
-    }
-    staged(data, bytes, data, bytes, [this, count, op, ctx](const std::byte*, std::byte* h) {
-      host_.allreduce_native(reinterpret_cast<T*>(h), count, op, ctx);
+    reducing(op, data, count, [&](auto mop) {
+      through_mpi(data, bytes, data, bytes,
+                  [this, count, mop, ctx](const std::byte*, std::byte* h) {
+                    host_.allreduce_native(reinterpret_cast<T*>(h), count, mop, ctx);
+                  });
     });
   }
 
   /// gradsync::broadcast's entry: MPI_Ibcast of the device buffer (or its staged copy).
   void broadcast_native(std::byte* data, std::size_t bytes, std::size_t root,
                         const call_context& ctx) {
-    staged(data, bytes, data, bytes, [this, bytes, root, ctx](const std::byte*, std::byte* h) {
+    through_mpi(data, bytes, data, bytes, [this, bytes, root, ctx](const std::byte*, std::byte* h) {
       host_.broadcast_native(h, bytes, root, ctx);
     });
   }
@@ -133,31 +127,24 @@ class mpi_device {
   /// gradsync::allgather's entry: MPI_Iallgather of `bytes` per rank.
   void allgather_native(const std::byte* in, std::byte* out, std::size_t bytes,
                         const call_context& ctx) {
-    staged(in, bytes, out, bytes * host_.size(),
-           [this, bytes, ctx](const std::byte* hi, std::byte* ho) {
-             host_.allgather_native(hi, ho, bytes, ctx);
-           });
+    through_mpi(in, bytes, out, bytes * host_.size(),
+                [this, bytes, ctx](const std::byte* hi, std::byte* ho) {
+                  host_.allgather_native(hi, ho, bytes, ctx);
+                });
   }
 
   /// gradsync::reduce_scatter's entry: MPI_Ireduce_scatter_block of `count` elements per
-  /// rank (op::avg on device memory: sums in MPI, then a division kernel).
+  /// rank.
   template <class T, class Op>
   void reduce_scatter_native(const T* in, T* out, std::size_t count, Op op,
                              const call_context& ctx) {
-    const std::size_t bytes = count * sizeof(T), in_bytes = bytes * host_.size();
-    if constexpr (kernels::needs_finalize_v<Op>) {
-      if (cuda_aware_) {
-        staged(in, in_bytes, out, bytes, [this, count, ctx](const std::byte* hi, std::byte* ho) {
-          host_.reduce_scatter_native(reinterpret_cast<const T*>(hi), reinterpret_cast<T*>(ho),
-                                      count, op::sum, ctx);
-        });
-        executor().finalize(out, count, host_.size(), op);
-        return;
-      }
-    }
-    staged(in, in_bytes, out, bytes, [this, count, op, ctx](const std::byte* hi, std::byte* ho) {
-      host_.reduce_scatter_native(reinterpret_cast<const T*>(hi), reinterpret_cast<T*>(ho), count,
-                                  op, ctx);
+    const std::size_t bytes = count * sizeof(T);
+    reducing(op, out, count, [&](auto mop) {
+      through_mpi(in, bytes * host_.size(), out, bytes,
+                  [this, count, mop, ctx](const std::byte* hi, std::byte* ho) {
+                    host_.reduce_scatter_native(reinterpret_cast<const T*>(hi),
+                                                reinterpret_cast<T*>(ho), count, mop, ctx);
+                  });
     });
   }
 
@@ -208,12 +195,28 @@ class mpi_device {
     t->cv_.wait(lk, [t] { return t->finished_ >= t->released_ || t->stop_; });
   }
 
+  /// Runs `call(mpi_op)` for a reduction into `out`: with CUDA-aware MPI and an op that
+  /// divides (op::avg), MPI sums device memory and a kernel divides; otherwise MPI applies
+  /// `op` itself (on the staged copy, in host memory).
+  template <class T, class Op, class Call>
+  void reducing(Op op, T* out, std::size_t count, Call call) {
+    if constexpr (kernels::needs_finalize_v<Op>) {
+      if (cuda_aware_) {
+        call(op::sum);
+        executor().finalize(out, count, host_.size(), op);
+        return;
+      }
+    }
+    call(op);
+  }
+
   /// Runs `job(in, out)` on the call's buffers: with CUDA-aware MPI on the device
   /// pointers once the stream is idle; otherwise on pinned host copies, stream-ordered:
   /// in_bytes copied down, the job handed to the worker, out_bytes copied back up (one
   /// region when in == out).
   template <class Job>
-  void staged(const void* in, std::size_t in_bytes, void* out, std::size_t out_bytes, Job job) {
+  void through_mpi(const void* in, std::size_t in_bytes, void* out, std::size_t out_bytes,
+                   Job job) {
     GRADSYNC_CUDA_CHECK(cudaSetDevice(device_));
     if (cuda_aware_) {
       GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
