@@ -23,6 +23,7 @@
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/shm.hpp>
 
+#include "expect_records.hpp"
 #include "fork_ranks.hpp"
 #include "watchdog.hpp"
 
@@ -261,15 +262,7 @@ TEST_CASE("shm collectives: mismatched calls and a NaN fail every rank by name, 
             gs::testing::count_wrong(std::span<const std::int32_t>(all), gs::reduce_op::sum, n), 0);
       },
       {.time_limit = 40, .max_records = 16, .configure = {}, .while_running = {}});
-  for (std::size_t r = 0; r < out.size(); ++r) {
-    INFO("rank " << r << ": " << out[r].what);
-    CHECK(out[r].status == 0);
-    REQUIRE(out[r].records.size() == 7);
-    for (const auto& rec : out[r].records) {
-      INFO(rec.label);
-      CHECK(rec.wrong == 0);
-    }
-  }
+  gs::testbed::expect_every_record_right(out, 7);
 }
 
 TEST_CASE("shm collectives: 1 process") {

@@ -39,6 +39,7 @@
 #include <gradsync/transport/shm.hpp>
 
 #include "capture_stderr.hpp"
+#include "expect_records.hpp"
 #include "fork_ranks.hpp"
 #include "watchdog.hpp"
 
@@ -414,15 +415,7 @@ TEST_CASE("shm: mismatched counts or types raise mismatch on every rank, then wo
             gs::testing::count_wrong(std::span<const std::int32_t>(v), gs::reduce_op::sum, n), 0);
       },
       {.time_limit = 40, .max_records = 16, .configure = {}, .while_running = {}});
-  for (std::size_t r = 0; r < out.size(); ++r) {
-    INFO("rank " << r << ": " << out[r].what);
-    CHECK(out[r].status == 0);
-    REQUIRE(out[r].records.size() == 7);
-    for (const auto& rec : out[r].records) {
-      INFO(rec.label);
-      CHECK(rec.wrong == 0);
-    }
-  }
+  gs::testbed::expect_every_record_right(out, 7);
 }
 
 // Staging buffers of 192 KiB: two-shot chunks of a third, 16384 floats.
@@ -536,15 +529,7 @@ TEST_CASE("shm: check_finite stops every rank at the chunk holding a NaN, before
              o.heap_bytes = 4 << 20;
            },
        .while_running = {}});
-  for (std::size_t r = 0; r < out.size(); ++r) {
-    INFO("rank " << r << ": " << out[r].what);
-    CHECK(out[r].status == 0);
-    REQUIRE(out[r].records.size() == 13);
-    for (const auto& rec : out[r].records) {
-      INFO(rec.label);
-      CHECK(rec.wrong == 0);
-    }
-  }
+  gs::testbed::expect_every_record_right(out, 13);
 }
 
 TEST_CASE("shm: the segment is created with mode 0600 and unlinked once all attached") {
