@@ -13,6 +13,7 @@
 #include <fstream>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gradsync/algo/native.hpp>
@@ -366,6 +367,52 @@ GS_MPI_TEST("transport: split(color, key) forms working sub-groups", 60) {
   GS_CHECK(sub.comm() == MPI_COMM_NULL && moved.size() == group);
   exact_sum<gs::algo::tree, std::int32_t>(moved, 333);
   GS_CHECK(moved.frees_communicator() && t.frees_communicator());  // nothing failed here
+}
+
+// Where ranks run (transport/mpi/node.hpp): one host here, so the one-allgather answer;
+// keys handed down by a split group the ranks as given; and a rank that never joins
+// makes the others time out instead of hanging in a blocking collective.
+GS_MPI_TEST("transport: ranks are placed on hosts without blocking collectives", 30) {
+  namespace d = gs::transport::detail;
+  const std::size_t n = world_size(), r = world_rank();
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  const auto here =
+      d::place_ranks(MPI_COMM_WORLD, -1, gs::deadline::after(std::chrono::seconds(10)));
+  GS_CHECK(here.size() == n);
+  for (std::size_t q = 0; q < here.size(); ++q) {
+    GS_CHECK_MSG(here[q].leader == 0 && here[q].world == static_cast<int>(q) &&
+                     here[q].host == std::string(name, static_cast<std::size_t>(len)).substr(0, 47),
+                 "rank " + std::to_string(q) + ": leader " + std::to_string(here[q].leader) +
+                     ", world " + std::to_string(here[q].world) + ", host " + here[q].host);
+  }
+  // Keys from a parent: parity classes, keyed by a world rank of the class (never 0 for
+  // the odd ones, so a key is not mistaken for a rank).
+  const auto keyed = d::place_ranks(MPI_COMM_WORLD, static_cast<int>(100 + r % 2),
+                                    gs::deadline::after(std::chrono::seconds(10)));
+  for (std::size_t q = 0; q < keyed.size(); ++q) {
+    GS_CHECK_MSG(keyed[q].leader == static_cast<int>(q % 2),
+                 "rank " + std::to_string(q) + ": leader " + std::to_string(keyed[q].leader));
+  }
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  GS_CHECK(!t.crosses_network());
+  for (std::size_t q = 0; q < n; ++q) GS_CHECK(t.same_host(q));
+  if (n < 2) return;
+  // The last rank comes late: the others fail by their deadline, then it joins alone
+  // (on a communicator of its own: the others' MPI_Iallgather stays posted there).
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  if (r + 1 == n) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    const auto late = d::place_ranks(c, -1, gs::deadline::after(std::chrono::seconds(10)));
+    GS_CHECK(late.size() == n && late[n - 1].world == static_cast<int>(r));
+  } else {
+    const std::string m = GS_CHECK_ERROR(
+        (void)d::place_ranks(c, -1, gs::deadline::after(std::chrono::milliseconds(300))),
+        gs::errc::timeout);
+    GS_CHECK_MSG(gs::testbed::contains(m, "finding the ranks' hosts did not complete"), m);
+  }
 }
 
 GS_MPI_TEST("transport: process_set over mpi, listed in reverse, the others outside", 60) {

@@ -17,7 +17,7 @@
 // the sender's pages, and from huge pages that read runs 3-4x faster. As with any send,
 // keep the buffer unchanged until wait() returns (unstaged sends read it until then).
 //
-// Across hosts (crosses_network(), found at construction with MPI_COMM_TYPE_SHARED) the
+// Across hosts (crosses_network(), found at construction: mpi/node.hpp) the
 // ring and halving_doubling keep every receive of a step in flight, and errors name the
 // job's ranks (MPI_COMM_WORLD) and their hosts (docs/cluster.md).
 //
@@ -59,6 +59,7 @@
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/mpi/node.hpp"
 #include "gradsync/transport/mpi/poll.hpp"
 #include "gradsync/transport/mpi/stall.hpp"
 #include "gradsync/transport/mpi/stage.hpp"
@@ -446,7 +447,8 @@ class mpi {
     MPI_Comm c = MPI_COMM_NULL;
     detail::check_mpi(MPI_Comm_split(comm_, color, key, &c), "MPI_Comm_split",
                       site(error_site::npos));
-    return mpi(c, opt_, adopt_tag{});
+    // The new group's hosts follow from this one's: its ranks pass their host's key.
+    return mpi(c, opt_, static_cast<int>(world_[host_[rank_]]), adopt_tag{});
   }
 
   /// algo::native's entry point: MPI_Iallreduce in place, in chunks of at most
@@ -568,7 +570,9 @@ class mpi {
  private:
   struct adopt_tag {};
   // Takes ownership of an already private communicator (from split).
-  mpi(MPI_Comm owned, mpi_options opt, adopt_tag) : comm_(owned), opt_(opt) { adopt(); }
+  mpi(MPI_Comm owned, mpi_options opt, int node_key, adopt_tag) : comm_(owned), opt_(opt) {
+    adopt(node_key);
+  }
 
   void check_usable_and_options(MPI_Comm comm) const {
     if (!detail::mpi_usable()) {
@@ -587,7 +591,7 @@ class mpi {
     }
   }
 
-  void adopt() {
+  void adopt(int node_key = -1) {
     try {
       detail::check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN),
                         "MPI_Comm_set_errhandler", {});
@@ -596,7 +600,7 @@ class mpi {
       detail::check_mpi(MPI_Comm_size(comm_, &n), "MPI_Comm_size", {});
       rank_ = static_cast<std::size_t>(r);
       size_ = static_cast<std::size_t>(n);
-      find_hosts();
+      find_hosts(node_key);
       stall_.setup(size_);
       stage_ = std::make_shared<detail::mpi_stage_pool>(
           opt_.stage_limit_bytes, opt_.stage_limit_bytes > 0 && detail::thp_available());
@@ -612,31 +616,12 @@ class mpi {
         stage_->enabled() ? "yes" : "no (stage_limit_bytes 0 or transparent huge pages off)");
   }
 
-  // Collective: which ranks share memory (MPI_COMM_TYPE_SHARED): host_[r] is the lowest
-  // rank of r's host; then network_ per mpi_options::network; and every rank's rank in
-  // MPI_COMM_WORLD and host name, for error messages.
-  void find_hosts() {
-    MPI_Comm node = MPI_COMM_NULL;
-    detail::check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-                      "MPI_Comm_split_type", {});
-    struct who {
-      int world = 0, leader = 0;  // rank in MPI_COMM_WORLD; lowest rank here on its host
-      char host[48] = {};
-    } me;
-    const int here = static_cast<int>(rank_);
-    const int rc = MPI_Allreduce(&here, &me.leader, 1, MPI_INT, MPI_MIN, node);
-    MPI_Comm_free(&node);
-    detail::check_mpi(rc, "MPI_Allreduce", {});
-    MPI_Comm_rank(MPI_COMM_WORLD, &me.world);
-    char name[MPI_MAX_PROCESSOR_NAME] = {};
-    int len = 0;
-    MPI_Get_processor_name(name, &len);
-    std::memcpy(me.host, name,
-                std::min<std::size_t>(static_cast<std::size_t>(len), sizeof me.host - 1));
-    std::vector<who> all(size_);
-    detail::check_mpi(
-        MPI_Allgather(&me, sizeof(who), MPI_BYTE, all.data(), sizeof(who), MPI_BYTE, comm_),
-        "MPI_Allgather", {});
+  // Collective: which ranks share memory (mpi/node.hpp): host_[r] is the lowest rank of
+  // r's host; then network_ per mpi_options::network; and every rank's rank in
+  // MPI_COMM_WORLD and host name, for error messages. node_key: see place_ranks.
+  void find_hosts(int node_key) {
+    const std::vector<detail::rank_place> all =
+        detail::place_ranks(comm_, node_key, deadline::after(default_timeout()));
     int world_size = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     sub_group_ = static_cast<std::size_t>(world_size) != size_;

@@ -5,7 +5,7 @@
 //   auto t = gradsync::transport::two_level_from_mpi(MPI_COMM_WORLD);
 //   gs::allreduce<gs::algo::hierarchical<gs::algo::native>>(t, std::span<float>(g), gs::op::avg);
 //
-// The ranks of `comm` that share memory (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED)
+// The ranks of `comm` that share memory (mpi/node.hpp)
 // form a node; or, with node_color >= 0, the ranks that pass the same color do (they
 // must share one host, else every rank gets errc::invalid_argument: e.g. to split one
 // big host into NUMA-local groups, or to run a multi-node layout on one machine in
@@ -16,12 +16,15 @@
 
 #include <mpi.h>
 
+#include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/transport/mpi.hpp"
-#include "gradsync/transport/mpi/types.hpp"
+#include "gradsync/transport/mpi/node.hpp"
 #include "gradsync/transport/shm/from_mpi.hpp"
 #include "gradsync/transport/two_level.hpp"
 
@@ -31,44 +34,40 @@ namespace gradsync::transport {
 /// `inter` configures the mpi transport across nodes (e.g. mpi_options::network).
 inline two_level<shm, mpi> two_level_from_mpi(MPI_Comm comm, const shm_options& base = {},
                                               int node_color = -1, const mpi_options& inter = {}) {
-  auto check = [](int rc, const char* call) { detail::check_mpi(rc, call, {}); };
+  const deadline until = deadline::after(
+      base.bootstrap_timeout.count() < 0 ? default_timeout() : base.bootstrap_timeout);
+  const std::vector<detail::rank_place> places = detail::place_ranks(comm, -1, until);
+  const std::size_t n = places.size();
+  // node[r]: the lowest rank of r's node, the node's name in what follows.
+  std::vector<int> node(n);
+  for (std::size_t r = 0; r < n; ++r) node[r] = places[r].leader;
+  if (node_color >= 0) {
+    std::vector<char> raw;
+    detail::allgather_polled(comm, &node_color, sizeof node_color, raw, n, until,
+                             "two_level_from_mpi's node colors");
+    std::vector<int> color(n);
+    std::memcpy(color.data(), raw.data(), raw.size());
+    for (std::size_t r = 0; r < n; ++r) {
+      std::size_t q = 0;
+      while (color[q] != color[r]) ++q;
+      // Every rank sees the same table, so all of them throw together.
+      if (places[q].leader != places[r].leader) {
+        throw error(errc::invalid_argument, {},
+                    "two_level_from_mpi: the ranks of node_color " + std::to_string(color[r]) +
+                        " are on several hosts (rank " + std::to_string(q) + " on " +
+                        places[q].host + ", rank " + std::to_string(r) + " on " + places[r].host +
+                        "): give the ranks of each host their own colors, or pass node_color -1");
+      }
+      node[r] = static_cast<int>(q);
+    }
+  }
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
-  MPI_Comm node = MPI_COMM_NULL;
-  if (node_color < 0) {
-    check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-          "MPI_Comm_split_type");
-  } else {
-    check(MPI_Comm_split(comm, node_color, 0, &node), "MPI_Comm_split");
-  }
-  int local_rank = 0, leader = 0;
-  MPI_Comm_rank(node, &local_rank);
-  const int rc = MPI_Allreduce(&rank, &leader, 1, MPI_INT, MPI_MIN, node);
-  if (rc != MPI_SUCCESS) MPI_Comm_free(&node);
-  check(rc, "MPI_Allreduce");
-  shm intra = [&] {
-    try {
-      return shm_from_mpi(node, base);
-    } catch (...) {
-      MPI_Comm_free(&node);
-      throw;
-    }
-  }();
-  int node_size = 0;
-  MPI_Comm_size(node, &node_size);
-  MPI_Comm_free(&node);
-  // A color whose ranks are on several hosts: shm joined only this host's part of it.
-  // Every rank learns whether any node was split, so all fail together.
-  int split = intra.size() != static_cast<std::size_t>(node_size) ? 1 : 0, any_split = 0;
-  check(MPI_Allreduce(&split, &any_split, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
-  if (any_split) {
-    const std::string where = split ? "only " + std::to_string(intra.size()) + " of this color's " +
-                                          std::to_string(node_size) + " ranks share memory here"
-                                    : "seen by another rank";
-    throw error(errc::invalid_argument, {},
-                "two_level_from_mpi: the ranks of one node_color are on several hosts (" + where +
-                    "): give the ranks of each host their own colors, or pass node_color -1");
-  }
+  const auto me = static_cast<std::size_t>(rank);
+  const int leader = node[me];
+  int local_rank = 0;
+  for (std::size_t q = 0; q < me; ++q) local_rank += node[q] == leader ? 1 : 0;
+  shm intra = shm(detail::shm_options_for_group(comm, places, node, base, until));
   mpi across = mpi(comm, inter).split(local_rank, leader);
   return two_level<shm, mpi>(std::move(intra), std::move(across));
 }
