@@ -84,7 +84,7 @@ class process_set {
     const int color = pos < n ? 0 : static_cast<int>(1 + r),
               key = static_cast<int>(pos < n ? pos : 0);
     Tr sub = [&] {
-      if constexpr (requires { parent.split(color, key, d); }) {  // local, shm: within d
+      if constexpr (requires { parent.split(color, key, d); }) {  // gradsync's own: within d
         return parent.split(color, key, d);
       } else {
         return parent.split(color, key);

@@ -370,16 +370,15 @@ GS_MPI_TEST("transport: split(color, key) forms working sub-groups", 60) {
 }
 
 // Where ranks run (transport/mpi/node.hpp): one host here, so the one-allgather answer;
-// keys handed down by a split group the ranks as given; and a rank that never joins
-// makes the others time out instead of hanging in a blocking collective.
+// a split's group inherits it; and a rank that never joins makes the others time out
+// instead of hanging in a blocking collective.
 GS_MPI_TEST("transport: ranks are placed on hosts without blocking collectives", 30) {
   namespace d = gs::transport::detail;
   const std::size_t n = world_size(), r = world_rank();
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
   MPI_Get_processor_name(name, &len);
-  const auto here =
-      d::place_ranks(MPI_COMM_WORLD, -1, gs::deadline::after(std::chrono::seconds(10)));
+  const auto here = d::place_ranks(MPI_COMM_WORLD, gs::deadline::after(std::chrono::seconds(10)));
   GS_CHECK(here.size() == n);
   for (std::size_t q = 0; q < here.size(); ++q) {
     GS_CHECK_MSG(here[q].leader == 0 && here[q].world == static_cast<int>(q) &&
@@ -387,17 +386,11 @@ GS_MPI_TEST("transport: ranks are placed on hosts without blocking collectives",
                  "rank " + std::to_string(q) + ": leader " + std::to_string(here[q].leader) +
                      ", world " + std::to_string(here[q].world) + ", host " + here[q].host);
   }
-  // Keys from a parent: parity classes, keyed by a world rank of the class (never 0 for
-  // the odd ones, so a key is not mistaken for a rank).
-  const auto keyed = d::place_ranks(MPI_COMM_WORLD, static_cast<int>(100 + r % 2),
-                                    gs::deadline::after(std::chrono::seconds(10)));
-  for (std::size_t q = 0; q < keyed.size(); ++q) {
-    GS_CHECK_MSG(keyed[q].leader == static_cast<int>(q % 2),
-                 "rank " + std::to_string(q) + ": leader " + std::to_string(keyed[q].leader));
-  }
   gs::transport::mpi t{MPI_COMM_WORLD};
-  GS_CHECK(!t.crosses_network());
+  gs::transport::mpi half = t.split(static_cast<int>(r % 2), 0);
+  GS_CHECK(!t.crosses_network() && !half.crosses_network());
   for (std::size_t q = 0; q < n; ++q) GS_CHECK(t.same_host(q));
+  for (std::size_t q = 0; q < half.size(); ++q) GS_CHECK(half.same_host(q));
   if (n < 2) return;
   // The last rank comes late: the others fail by their deadline, then it joins alone
   // (on a communicator of its own: the others' MPI_Iallgather stays posted there).
@@ -405,14 +398,35 @@ GS_MPI_TEST("transport: ranks are placed on hosts without blocking collectives",
   MPI_Comm_dup(MPI_COMM_WORLD, &c);
   if (r + 1 == n) {
     std::this_thread::sleep_for(std::chrono::milliseconds(700));
-    const auto late = d::place_ranks(c, -1, gs::deadline::after(std::chrono::seconds(10)));
+    const auto late = d::place_ranks(c, gs::deadline::after(std::chrono::seconds(10)));
     GS_CHECK(late.size() == n && late[n - 1].world == static_cast<int>(r));
   } else {
-    const std::string m = GS_CHECK_ERROR(
-        (void)d::place_ranks(c, -1, gs::deadline::after(std::chrono::milliseconds(300))),
-        gs::errc::timeout);
+    const std::string m =
+        GS_CHECK_ERROR((void)d::place_ranks(c, gs::deadline::after(std::chrono::milliseconds(300))),
+                       gs::errc::timeout);
     GS_CHECK_MSG(gs::testbed::contains(m, "finding the ranks' hosts did not complete"), m);
   }
+}
+
+// MPI_Comm_split blocks without a deadline; split() first exchanges every rank's
+// arguments in the transport's own messages, so a rank that never calls is named.
+GS_MPI_TEST("transport: a split that one rank skips fails the others by the deadline", 30) {
+  const std::size_t n = world_size(), r = world_rank();
+  if (n < 2) GS_SKIP("needs 2 ranks");
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  if (r + 1 < n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string m =
+        GS_CHECK_ERROR((void)t.split(0, 0, gs::deadline::after(std::chrono::milliseconds(300))),
+                       gs::errc::timeout);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    GS_CHECK_MSG(s < 5, "took " + std::to_string(s) + " s");
+    // Whichever peer a rank waited on, its last query names the silent one.
+    GS_CHECK_MSG(gs::testbed::contains(m, "no answer within") &&
+                     gs::testbed::contains(m, "from rank " + std::to_string(n - 1) + " on "),
+                 m);
+  }
+  gs::testbed::keep_until_exit(std::move(t));  // its messages may still be in flight
 }
 
 GS_MPI_TEST("transport: process_set over mpi, listed in reverse, the others outside", 60) {

@@ -58,12 +58,14 @@
 #include "gradsync/core/op.hpp"
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
+#include "gradsync/transport/allgather.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/mpi/node.hpp"
 #include "gradsync/transport/mpi/poll.hpp"
 #include "gradsync/transport/mpi/stall.hpp"
 #include "gradsync/transport/mpi/stage.hpp"
 #include "gradsync/transport/mpi/types.hpp"
+#include "gradsync/transport/split.hpp"
 
 namespace gradsync::transport {
 
@@ -438,17 +440,30 @@ class mpi {
   kernels::host_executor executor() const { return {}; }
 
   /// The ranks that pass the same `color` (>= 0) form a new transport, ordered by `key`
-  /// then by rank here (MPI_Comm_split; collective over this transport's ranks).
-  mpi split(int color, int key) {
+  /// then by rank here (collective over this transport's ranks). Every rank's arguments
+  /// go round first in this transport's own messages, so a rank that does not call makes
+  /// the others fail by `d` naming it; MPI_Comm_split (blocking) runs once all are in.
+  mpi split(int color, int key, deadline d = deadline::after(default_timeout())) {
     if (color < 0) {
       throw error(errc::invalid_argument, site(error_site::npos),
                   "split color must be >= 0 (every rank joins exactly one group)");
     }
+    std::vector<detail::split_entry> all;  // all[q]: rank q's colour and key
+    gradsync::detail::allgather_pod(*this, detail::split_entry{color, key}, all,
+                                    data_tag(next_seq()), d);
+    // The new group's places follow from this one's (no exchange in the new group).
+    const std::vector<std::size_t> members = detail::split_members(all, color);
+    std::vector<detail::rank_place> places(members.size());
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      const std::size_t q = members[k];
+      std::size_t lead = 0;
+      while (host_[members[lead]] != host_[q]) ++lead;
+      places[k] = {static_cast<int>(world_[q]), static_cast<int>(lead), names_[q]};
+    }
     MPI_Comm c = MPI_COMM_NULL;
     detail::check_mpi(MPI_Comm_split(comm_, color, key, &c), "MPI_Comm_split",
                       site(error_site::npos));
-    // The new group's hosts follow from this one's: its ranks pass their host's key.
-    return mpi(c, opt_, static_cast<int>(world_[host_[rank_]]), adopt_tag{});
+    return mpi(c, opt_, std::move(places), adopt_tag{});
   }
 
   /// algo::native's entry point: MPI_Iallreduce in place, in chunks of at most
@@ -570,8 +585,9 @@ class mpi {
  private:
   struct adopt_tag {};
   // Takes ownership of an already private communicator (from split).
-  mpi(MPI_Comm owned, mpi_options opt, int node_key, adopt_tag) : comm_(owned), opt_(opt) {
-    adopt(node_key);
+  mpi(MPI_Comm owned, mpi_options opt, std::vector<detail::rank_place> places, adopt_tag)
+      : comm_(owned), opt_(opt) {
+    adopt(std::move(places));
   }
 
   void check_usable_and_options(MPI_Comm comm) const {
@@ -591,7 +607,8 @@ class mpi {
     }
   }
 
-  void adopt(int node_key = -1) {
+  // places: where the ranks run when the caller knows (split), else empty: find out.
+  void adopt(std::vector<detail::rank_place> places = {}) {
     try {
       detail::check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN),
                         "MPI_Comm_set_errhandler", {});
@@ -600,7 +617,7 @@ class mpi {
       detail::check_mpi(MPI_Comm_size(comm_, &n), "MPI_Comm_size", {});
       rank_ = static_cast<std::size_t>(r);
       size_ = static_cast<std::size_t>(n);
-      find_hosts(node_key);
+      find_hosts(std::move(places));
       stall_.setup(size_);
       stage_ = std::make_shared<detail::mpi_stage_pool>(
           opt_.stage_limit_bytes, opt_.stage_limit_bytes > 0 && detail::thp_available());
@@ -618,10 +635,14 @@ class mpi {
 
   // Collective: which ranks share memory (mpi/node.hpp): host_[r] is the lowest rank of
   // r's host; then network_ per mpi_options::network; and every rank's rank in
-  // MPI_COMM_WORLD and host name, for error messages. node_key: see place_ranks.
-  void find_hosts(int node_key) {
-    const std::vector<detail::rank_place> all =
-        detail::place_ranks(comm_, node_key, deadline::after(default_timeout()));
+  // MPI_COMM_WORLD and host name, for error messages. `all`: known already, or empty.
+  void find_hosts(std::vector<detail::rank_place> all) {
+    if (all.empty()) all = detail::place_ranks(comm_, deadline::after(default_timeout()));
+    if (all.size() != size_) {
+      throw error(errc::transport, site(error_site::npos),
+                  "MPI_Comm_split made a group of " + std::to_string(size_) + " ranks, expected " +
+                      std::to_string(all.size()));
+    }
     int world_size = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     sub_group_ = static_cast<std::size_t>(world_size) != size_;

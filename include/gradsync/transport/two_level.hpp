@@ -100,7 +100,7 @@ class two_level {
       if constexpr (requires { level.split(color, k, d); }) {
         return level.split(color, k, d);
       } else {
-        return level.split(color, k);  // mpi: MPI_Comm_split has no deadline
+        return level.split(color, k);  // a transport whose split takes no deadline
       }
     };
     Intra in = split_level(intra_, key);

@@ -57,21 +57,18 @@ inline void allgather_polled(MPI_Comm comm, const void* mine, std::size_t bytes,
   all = std::move(*out);
 }
 
-/// Where every rank of `comm` runs (collective over comm). `node_key` >= 0 on every
-/// rank: the caller already knows, and ranks with equal keys share a host (a transport
-/// made by split() passes its parent's); -1 on every rank: find out.
-inline std::vector<rank_place> place_ranks(MPI_Comm comm, int node_key, deadline until) {
+/// Where every rank of `comm` runs (collective over comm).
+inline std::vector<rank_place> place_ranks(MPI_Comm comm, deadline until) {
   int rank = 0, size = 0;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   struct card {
-    int world = 0, key = -1;
+    int world = 0;
     std::uint64_t shm_dev = 0, shm_ino = 0;  // the /dev/shm this rank's segments go to
     char host[48] = {};
     char boot[40] = {};  // the kernel's boot id: ranks on one host have the same
   } me;
   MPI_Comm_rank(MPI_COMM_WORLD, &me.world);
-  me.key = node_key;
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
   MPI_Get_processor_name(name, &len);
@@ -94,34 +91,30 @@ inline std::vector<rank_place> place_ranks(MPI_Comm comm, int node_key, deadline
   std::vector<card> all(n);
   std::memcpy(all.data(), raw.data(), raw.size());
 
-  std::vector<int> key(n);
-  if (node_key >= 0) {
-    for (std::size_t r = 0; r < n; ++r) key[r] = all[r].key;
-  } else {
-    bool one_host = true;
-    for (const card& c : all) {
-      one_host = one_host && c.boot[0] != 0 && std::strcmp(c.host, all[0].host) == 0 &&
-                 std::strcmp(c.boot, all[0].boot) == 0 && c.shm_dev == all[0].shm_dev &&
-                 c.shm_ino == all[0].shm_ino;
-    }
-    if (!one_host) {
-      // Every rank saw the same table, so all of them take this branch.
-      MPI_Comm node = MPI_COMM_NULL;
-      check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-                "MPI_Comm_split_type", {});
-      MPI_Group ng = MPI_GROUP_NULL, cg = MPI_GROUP_NULL;
-      MPI_Comm_group(node, &ng);
-      MPI_Comm_group(comm, &cg);
-      const int first = 0;
-      int lead = 0;  // node rank 0 is the lowest rank of comm there (split key 0: comm's order)
-      const int rc = MPI_Group_translate_ranks(ng, 1, &first, cg, &lead);
-      MPI_Group_free(&ng);
-      MPI_Group_free(&cg);
-      MPI_Comm_free(&node);
-      check_mpi(rc, "MPI_Group_translate_ranks", {});
-      allgather_polled(comm, &lead, sizeof lead, raw, n, until, "finding the ranks' hosts");
-      std::memcpy(key.data(), raw.data(), raw.size());
-    }
+  std::vector<int> key(n, 0);  // ranks with equal keys share a host (all, on one host)
+  bool one_host = true;
+  for (const card& c : all) {
+    one_host = one_host && c.boot[0] != 0 && std::strcmp(c.host, all[0].host) == 0 &&
+               std::strcmp(c.boot, all[0].boot) == 0 && c.shm_dev == all[0].shm_dev &&
+               c.shm_ino == all[0].shm_ino;
+  }
+  if (!one_host) {
+    // Every rank saw the same table, so all of them take this branch.
+    MPI_Comm node = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type", {});
+    MPI_Group ng = MPI_GROUP_NULL, cg = MPI_GROUP_NULL;
+    MPI_Comm_group(node, &ng);
+    MPI_Comm_group(comm, &cg);
+    const int first = 0;
+    int lead = 0;  // node rank 0 is the lowest rank of comm there (split key 0: comm's order)
+    const int rc = MPI_Group_translate_ranks(ng, 1, &first, cg, &lead);
+    MPI_Group_free(&ng);
+    MPI_Group_free(&cg);
+    MPI_Comm_free(&node);
+    check_mpi(rc, "MPI_Group_translate_ranks", {});
+    allgather_polled(comm, &lead, sizeof lead, raw, n, until, "finding the ranks' hosts");
+    std::memcpy(key.data(), raw.data(), raw.size());
   }
   std::vector<rank_place> out(n);
   for (std::size_t r = 0; r < n; ++r) {

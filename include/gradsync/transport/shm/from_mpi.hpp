@@ -67,7 +67,7 @@ inline shm_options shm_options_for_group(MPI_Comm comm, const std::vector<rank_p
 inline shm_options shm_options_from_mpi(MPI_Comm comm, shm_options base = {}) {
   const deadline until = deadline::after(
       base.bootstrap_timeout.count() < 0 ? default_timeout() : base.bootstrap_timeout);
-  const std::vector<detail::rank_place> places = detail::place_ranks(comm, -1, until);
+  const std::vector<detail::rank_place> places = detail::place_ranks(comm, until);
   std::vector<int> node(places.size());
   for (std::size_t r = 0; r < places.size(); ++r) node[r] = places[r].leader;
   return detail::shm_options_for_group(comm, places, node, std::move(base), until);

@@ -36,7 +36,7 @@ inline two_level<shm, mpi> two_level_from_mpi(MPI_Comm comm, const shm_options& 
                                               int node_color = -1, const mpi_options& inter = {}) {
   const deadline until = deadline::after(
       base.bootstrap_timeout.count() < 0 ? default_timeout() : base.bootstrap_timeout);
-  const std::vector<detail::rank_place> places = detail::place_ranks(comm, -1, until);
+  const std::vector<detail::rank_place> places = detail::place_ranks(comm, until);
   const std::size_t n = places.size();
   // node[r]: the lowest rank of r's node, the node's name in what follows.
   std::vector<int> node(n);
