@@ -249,7 +249,7 @@ void allgather(Tr& t, device_span<TIn> in, device_span<T> out, const call_option
   detail::check_device_collective<Tr>();
   static_assert(!device_transport<Tr> || detail::has_native_allgather<Tr>,
                 "gradsync::allgather on device memory needs a transport with its own "
-                "allgather: transport::nccl or transport::mpi_device (cuda_ipc has none yet)");
+                "allgather: transport::nccl, transport::mpi_device or transport::cuda_ipc");
   if constexpr (device_transport<Tr> && detail::has_native_allgather<Tr>) {
     check_element_type<T>();
     detail::check_blocks("allgather", "output", out.size(), "input", in.size(), t.size(), t.rank());

@@ -168,7 +168,7 @@ void broadcast(Tr& t, device_span<T> data, std::size_t root, const call_options&
                 "device_span of non-const elements");
   static_assert(!device_transport<Tr> || detail::has_native_broadcast<Tr>,
                 "gradsync::broadcast on device memory needs a transport with its own "
-                "broadcast: transport::nccl or transport::mpi_device (cuda_ipc has none yet)");
+                "broadcast: transport::nccl, transport::mpi_device or transport::cuda_ipc");
   if constexpr (device_transport<Tr> && detail::has_native_broadcast<Tr>) {
     check_element_type<T>();
     const call_context ctx = detail::begin_device_call(t, opt,

@@ -200,7 +200,7 @@ void reduce_scatter(Tr& t, device_span<TIn> in, device_span<T> out, Op op,
   detail::check_device_collective<Tr>();
   static_assert(!device_transport<Tr> || detail::has_native_reduce_scatter<Tr, T, Op>,
                 "gradsync::reduce_scatter on device memory needs a transport with its own "
-                "reduce_scatter: transport::nccl or transport::mpi_device (cuda_ipc has none yet)");
+                "reduce_scatter: transport::nccl, transport::mpi_device or transport::cuda_ipc");
   if constexpr (device_transport<Tr> && detail::has_native_reduce_scatter<Tr, T, Op>) {
     check_element_type<T>();
     check_op_for<T, Op>();

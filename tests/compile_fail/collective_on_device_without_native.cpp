@@ -3,7 +3,7 @@
 // collective: a device transport without one is refused, naming the one that has it.
 #include <gradsync/gradsync.hpp>
 namespace gs = gradsync;
-struct device_like : gs::transport::local {  // stands in for cuda_ipc or mpi_device
+struct device_like : gs::transport::local {  // a device transport without the three calls
   static constexpr gs::memory_space memory = gs::memory_space::device;
   void synchronize(gs::deadline) {}
 };

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // transport::cuda_ipc with 2 and 4 processes (fork_group) sharing GPU 0: one-shot and
 // two-shot (chunked through a small staging buffer) give exact results, bitwise
-// identical on every rank; a rank that skips a call makes its peer time out inside the
-// kernel barrier and synchronize() throw errc::timeout. Exits 77 without a GPU.
+// identical on every rank, and so do broadcast (every root), allgather and reduce_scatter
+// (sum, avg) in several chunks; a rank that skips a call makes its peer time out inside
+// the kernel barrier and synchronize() throw errc::timeout. Exits 77 without a GPU.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <gradsync/transport/cuda_ipc.hpp>
 #include <gradsync/transport/cuda_ipc/fork.hpp>
 
+#include "gpu_collectives.hpp"
 #include "gpu_test.hpp"
 
 namespace gs = gradsync;
@@ -63,8 +65,10 @@ int group_body(fork_group& g) {
   bad += one_case<gs::half>(t, g, 300001, gs::op::avg, true);
   bad += one_case<std::int32_t>(t, g, 77777, gs::op::max, true);
   bad += one_case<double>(t, g, 5, gs::op::prod, true);  // fewer elements than ranks' slices
+  gpu_test::collectives<float>(t, (1 << 20) + 3, "float", "cuda_ipc");  // 4 MiB: 4+ chunks
+  gpu_test::collectives<gs::bfloat16>(t, 1001, "bf16", "cuda_ipc");
   g.barrier();
-  return bad ? 1 : 0;
+  return bad + gpu_test::failures() ? 1 : 0;
 }
 
 int timeout_body(fork_group& g) {

@@ -13,6 +13,7 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -325,5 +326,98 @@ TEST_CASE("cuda_ipc one-shot and two-shot phases: exact and bitwise identical on
       next = s.offset + s.count;
     }
     CHECK(next == count);
+  }
+}
+
+// The collectives' phases, chunked the way transport::cuda_ipc chunks them (a small
+// staging half here, so that every call takes several chunks; odd sizes and an output
+// that starts off the 16-byte grid), every rank's phase run in turn after all staged.
+TEST_CASE("cuda_ipc broadcast, allgather and reduce_scatter phases: exact on every rank") {
+  const std::size_t half = 96;  // staging bytes per rank and chunk
+  for (std::size_t n = 2; n <= body::max_sources; n += 3) {
+    INFO("ranks " << n);
+    // broadcast of 1003 bytes from every root
+    const std::size_t bytes = 1003;
+    for (std::size_t root = 0; root < n; ++root) {
+      std::vector<std::vector<unsigned char>> buf(n, std::vector<unsigned char>(bytes + 1));
+      for (std::size_t r = 0; r < n; ++r) {
+        for (std::size_t i = 0; i < bytes; ++i) {
+          buf[r][1 + i] = static_cast<unsigned char>(r == root ? i * 7 + 3 : 0xee);
+        }
+      }
+      std::vector<unsigned char> staging(half);
+      for (std::size_t off = 0; off < bytes; off += half) {
+        const std::size_t len = std::min(half, bytes - off);
+        std::memcpy(staging.data(), &buf[root][1 + off], len);
+        for (std::size_t r = 0; r < n; ++r) {
+          if (r == root) continue;
+          run_threads(7, [&](std::size_t t, std::size_t nt) {
+            body::broadcast_phase(staging.data(), &buf[r][1 + off], len, t, nt);
+          });
+        }
+      }
+      for (std::size_t r = 0; r < n; ++r) CHECK(buf[r] == buf[root]);
+    }
+    // allgather of 1003 bytes per rank
+    std::vector<std::vector<unsigned char>> in(n, std::vector<unsigned char>(bytes)),
+        out(n, std::vector<unsigned char>(n * bytes + 1, 0));
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t i = 0; i < bytes; ++i) in[r][i] = static_cast<unsigned char>(r * 31 + i);
+    }
+    std::vector<std::vector<unsigned char>> stage(n, std::vector<unsigned char>(half));
+    std::vector<const unsigned char*> sp(n);
+    for (std::size_t off = 0; off < bytes; off += half) {
+      const std::size_t len = std::min(half, bytes - off);
+      for (std::size_t r = 0; r < n; ++r) {
+        std::memcpy(stage[r].data(), in[r].data() + off, len);
+        sp[r] = stage[r].data();
+      }
+      for (std::size_t r = 0; r < n; ++r) {
+        run_threads(5, [&](std::size_t t, std::size_t nt) {
+          body::allgather_phase(sp.data(), n, out[r].data() + 1, bytes, off, len, t, nt);
+        });
+      }
+    }
+    std::size_t bad = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t q = 0; q < n; ++q) {
+        bad += std::memcmp(out[r].data() + 1 + q * bytes, in[q].data(), bytes) != 0;
+      }
+    }
+    CHECK(bad == 0);
+    // reduce_scatter (avg, float) of 1001 elements per rank
+    const std::size_t count = 1001;
+    const std::size_t chunk = body::scatter_chunk<float>(half * 4, n);
+    REQUIRE(chunk > 0);
+    std::vector<std::vector<float>> rin(n, std::vector<float>(n * count));
+    std::vector<padded<float>> rout;
+    std::vector<padded<float>> rst;
+    for (std::size_t r = 0; r < n; ++r) {
+      gs::testing::fill_inputs(std::span<float>(rin[r]), gs::reduce_op::avg, r, n);
+      rout.emplace_back(count);
+      rst.emplace_back(half);
+    }
+    std::vector<float*> rp(n);
+    for (std::size_t off = 0; off < count; off += chunk) {
+      const std::size_t len = std::min(chunk, count - off);
+      const std::size_t stride = body::scatter_stride<float>(len);
+      CHECK(n * stride * sizeof(float) <= half * 4);
+      for (std::size_t r = 0; r < n; ++r) {
+        rp[r] = rst[r].at(0);
+        for (std::size_t p = 0; p < n; ++p) {
+          std::memcpy(rp[r] + p * stride, rin[r].data() + p * count + off, len * sizeof(float));
+        }
+      }
+      for (std::size_t r = 0; r < n; ++r) {
+        run_threads(9, [&](std::size_t t, std::size_t nt) {
+          body::reduce_scatter_phase<float, gs::op::avg_t>(rp.data(), n, r, stride,
+                                                           rout[r].at(1) + off, len, t, nt);
+        });
+      }
+    }
+    for (std::size_t r = 0; r < n; ++r) {
+      CHECK(gs::testing::count_wrong(std::span<const float>(rout[r].at(1), count),
+                                     gs::reduce_op::avg, n, r * count) == 0);
+    }
   }
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Kernels of transport::cuda_ipc: one-shot and two-shot allreduce reading the peers'
-// staging buffers directly (cudaIpc-mapped device memory), with the cross-process
-// barrier built from flags in device memory.
+// Kernels of transport::cuda_ipc: one-shot and two-shot allreduce, broadcast, allgather
+// and reduce_scatter, reading the peers' staging buffers directly (cudaIpc-mapped device
+// memory), with the cross-process barrier built from flags in device memory.
 //
 // Memory model (PTX ISA, "Memory Consistency Model"): each rank owns a flag array that
 // every rank can write: flags[src][block]. A barrier is
@@ -64,9 +64,26 @@ __device__ inline unsigned long long global_ns() {
   return t;
 }
 
+/// A broadcast, allgather or reduce_scatter launch: one chunk, every rank's staging as
+/// bytes (reduce_scatter reads them as T).
+struct coll_args {
+  unsigned char* data[max_ranks];  ///< every rank's staging half for this chunk
+  unsigned* flags[max_ranks];      ///< every rank's flag array
+  unsigned char* out;              ///< where this rank's result of the chunk goes
+  std::size_t len;     ///< bytes (broadcast, allgather) or output elements (reduce_scatter)
+  std::size_t block;   ///< allgather: bytes of one rank's block in `out`
+  std::size_t offset;  ///< allgather: the chunk's offset inside each block
+  std::size_t stride;  ///< reduce_scatter: elements between the staged pieces
+  unsigned rank, nranks, root;
+  unsigned epoch;  ///< epoch of the barrier
+  unsigned long long timeout_ns;
+  int* status;
+};
+
 /// Grid-wide barrier across all ranks; false if it timed out (then *status == 1).
-template <class T>
-__device__ bool barrier(const args<T>& a, unsigned epoch) {
+/// A: args<T> or coll_args.
+template <class A>
+__device__ bool barrier(const A& a, unsigned epoch) {
   __threadfence_system();
   __syncthreads();
   if (threadIdx.x < a.nranks) {
@@ -112,6 +129,40 @@ __global__ void __launch_bounds__(256, 4) two_shot_kernel(args<T> a) {
   body::two_shot_reduce_phase<T, Op>(a.data, a.nranks, a.rank, a.count, t, nt);
   if (!barrier(a, a.epoch + 1)) return;
   body::two_shot_gather_phase<T>(a.data, a.nranks, a.out, a.count, t, nt);
+}
+
+__device__ inline std::size_t thread_index() {
+  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline std::size_t thread_count() {
+  return static_cast<std::size_t>(gridDim.x) * blockDim.x;
+}
+
+/// Broadcast, one chunk: after the barrier every rank but the root copies the root's
+/// staging. (A template, like every kernel here: the header is included by many units.)
+template <int = 0>
+__global__ void __launch_bounds__(256, 4) broadcast_kernel(coll_args a) {
+  if (!barrier(a, a.epoch) || a.rank == a.root) return;
+  body::broadcast_phase(a.data[a.root], a.out, a.len, thread_index(), thread_count());
+}
+
+/// Allgather, one chunk: every rank's staged piece to its block of the output.
+template <int = 0>
+__global__ void __launch_bounds__(256, 4) allgather_kernel(coll_args a) {
+  if (!barrier(a, a.epoch)) return;
+  body::allgather_phase(a.data, a.nranks, a.out, a.block, a.offset, a.len, thread_index(),
+                        thread_count());
+}
+
+/// Reduce-scatter, one chunk: this rank's piece of every rank's staging, reduced in rank
+/// order.
+template <class T, class Op>
+__global__ void __launch_bounds__(256, 4) reduce_scatter_kernel(coll_args a) {
+  if (!barrier(a, a.epoch)) return;
+  T* data[max_ranks];
+  for (unsigned k = 0; k < max_ranks; ++k) data[k] = reinterpret_cast<T*>(a.data[k]);
+  body::reduce_scatter_phase<T, Op>(data, a.nranks, a.rank, a.stride, reinterpret_cast<T*>(a.out),
+                                    a.len, thread_index(), thread_count());
 }
 
 }  // namespace gradsync::kernels::ipc

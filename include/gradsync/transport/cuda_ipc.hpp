@@ -14,17 +14,21 @@
 // A call copies the input into this rank's staging half (cudaMemcpyAsync on stream()),
 // launches the kernel, and alternates halves from chunk to chunk: a half is written
 // again only two chunks later, after every peer passed the next chunk's first barrier,
-// which it can only do once its kernel for the older chunk has finished reading.
+// which it can only do once its kernel for the older chunk has finished reading. The
+// broadcast, allgather and reduce_scatter kernels follow the same rule (stage, barrier,
+// read the peers' staging), so the free device collectives run here too.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "gradsync/core/call.hpp"
@@ -139,10 +143,86 @@ class cuda_ipc {
     run<T, Op, true>(data, count, op, ctx);
   }
 
+  /// gradsync::broadcast's device path, in chunks of a staging half: the root stages a
+  /// chunk, a barrier, every other rank copies it from the root's staging.
+  template <class Byte>
+  void broadcast_native(Byte* data, std::size_t bytes, std::size_t root, const call_context& ctx) {
+    static_assert(std::is_same_v<Byte, std::byte>, "cuda_ipc::broadcast_native takes bytes");
+#if defined(__CUDACC__)
+    begin(ctx);
+    for (std::size_t off = 0; off < bytes; off += half_) {
+      kernels::ipc::coll_args a = chunk_args(ctx);
+      a.out = reinterpret_cast<unsigned char*>(data + off);
+      a.len = std::min(half_, bytes - off);
+      a.root = static_cast<unsigned>(root);
+      if (rank_ == root) {
+        GRADSYNC_CUDA_CHECK(
+            cudaMemcpyAsync(a.data[rank_], data + off, a.len, cudaMemcpyDeviceToDevice, stream_));
+      }
+      launch(kernels::ipc::broadcast_kernel<>, a, a.len / 4, ctx);
+    }
+#else
+    (void)data, (void)bytes, (void)root, (void)ctx;
+    needs_nvcc<Byte>();
+#endif
+  }
+
+  /// gradsync::allgather's device path, `bytes` per rank, in chunks of a staging half:
+  /// each rank stages its chunk, a barrier, each copies every rank's to its block of `out`.
+  template <class Byte>
+  void allgather_native(const Byte* in, Byte* out, std::size_t bytes, const call_context& ctx) {
+    static_assert(std::is_same_v<Byte, std::byte>, "cuda_ipc::allgather_native takes bytes");
+#if defined(__CUDACC__)
+    begin(ctx);
+    for (std::size_t off = 0; off < bytes; off += half_) {
+      kernels::ipc::coll_args a = chunk_args(ctx);
+      a.out = reinterpret_cast<unsigned char*>(out);
+      a.len = std::min(half_, bytes - off);
+      a.block = bytes;
+      a.offset = off;
+      GRADSYNC_CUDA_CHECK(
+          cudaMemcpyAsync(a.data[rank_], in + off, a.len, cudaMemcpyDeviceToDevice, stream_));
+      launch(kernels::ipc::allgather_kernel<>, a, a.len * size_ / 4, ctx);
+    }
+#else
+    (void)in, (void)out, (void)bytes, (void)ctx;
+    needs_nvcc<Byte>();
+#endif
+  }
+
+  /// gradsync::reduce_scatter's device path: `count` output elements per rank from
+  /// size() * count of input. Per chunk each rank stages its size() pieces (16-byte
+  /// aligned, one cudaMemcpy2DAsync), a barrier, and rank r reduces piece r of every
+  /// rank's staging in rank order (op::avg divides once: the same bits everywhere).
+  template <class T, class Op>
+  void reduce_scatter_native(const T* in, T* out, std::size_t count, Op op,
+                             const call_context& ctx) {
+#if defined(__CUDACC__)
+    (void)op;
+    begin(ctx);
+    const std::size_t chunk = kernels::body::scatter_chunk<T>(half_, size_);
+    for (std::size_t off = 0; off < count; off += chunk) {
+      kernels::ipc::coll_args a = chunk_args(ctx);
+      a.out = reinterpret_cast<unsigned char*>(out + off);
+      a.len = std::min(chunk, count - off);
+      a.stride = kernels::body::scatter_stride<T>(a.len);
+      GRADSYNC_CUDA_CHECK(cudaMemcpy2DAsync(a.data[rank_], a.stride * sizeof(T), in + off,
+                                            count * sizeof(T), a.len * sizeof(T), size_,
+                                            cudaMemcpyDeviceToDevice, stream_));
+      launch(kernels::ipc::reduce_scatter_kernel<T, Op>, a, a.len, ctx);
+    }
+#else
+    (void)in, (void)out, (void)count, (void)op, (void)ctx;
+    needs_nvcc<T>();
+#endif
+  }
+
   /// Makes this rank's wait in flight and every later call fail with errc::aborted
   /// (core/abort.hpp); a kernel already waiting on a peer ends at its own deadline.
   /// Thread-safe and async-signal-safe.
-  void abort() noexcept { abort_.raise(); }
+  void abort() noexcept {
+    abort_.raise();
+  }
 
   /// Waits for the enqueued work by `until`; a peer that never reached a barrier makes
   /// the kernel give up and this throw errc::timeout naming it.
@@ -178,12 +258,7 @@ class cuda_ipc {
   void run(T* data, std::size_t count, Op op, const call_context& ctx) {
 #if defined(__CUDACC__)
     (void)op;
-    abort_.throw_if_raised({rank_, error_site::npos, ctx.seq}, "before this call");
-    if (broken_) {
-      throw error(errc::transport, {rank_, error_site::npos, ctx.seq},
-                  "an earlier cuda_ipc barrier timed out; the group is unusable");
-    }
-    GRADSYNC_CUDA_CHECK(cudaSetDevice(device_));
+    begin(ctx);
     const std::size_t chunk = half_ / sizeof(T);
     void (*kernel)(kernels::ipc::args<T>) =
         TwoShot ? kernels::ipc::two_shot_kernel<T, Op> : kernels::ipc::one_shot_kernel<T, Op>;
@@ -214,11 +289,55 @@ class cuda_ipc {
     }
 #else
     (void)data, (void)count, (void)op, (void)ctx;
-    static_assert(sizeof(T) == 0,
-                  "gradsync: transport::cuda_ipc's allreduce is a CUDA kernel; compile this "
-                  "translation unit with nvcc (a .cu file)");
+    needs_nvcc<T>();
 #endif
   }
+
+  template <class T>
+  static void needs_nvcc() {
+    static_assert(sizeof(T) == 0,
+                  "gradsync: transport::cuda_ipc's collectives are CUDA kernels; compile this "
+                  "translation unit with nvcc (a .cu file)");
+  }
+
+  // Before a call's launches: not aborted, no earlier barrier failed, on this device.
+  void begin(const call_context& ctx) {
+    abort_.throw_if_raised({rank_, error_site::npos, ctx.seq}, "before this call");
+    if (broken_) {
+      throw error(errc::transport, {rank_, error_site::npos, ctx.seq},
+                  "an earlier cuda_ipc barrier timed out; the group is unusable");
+    }
+    GRADSYNC_CUDA_CHECK(cudaSetDevice(device_));
+  }
+
+#if defined(__CUDACC__)
+  // One chunk's launch of a collective: every rank's staging half (this parity) and
+  // flags, the barrier's epoch and the time left.
+  kernels::ipc::coll_args chunk_args(const call_context& ctx) {
+    kernels::ipc::coll_args a{};
+    for (std::size_t r = 0; r < size_; ++r) {
+      a.data[r] = reinterpret_cast<unsigned char*>(peers_[r] + flag_region + parity_ * half_);
+      a.flags[r] = reinterpret_cast<unsigned*>(peers_[r]);
+    }
+    a.rank = static_cast<unsigned>(rank_);
+    a.nranks = static_cast<unsigned>(size_);
+    a.epoch = ++epoch_;
+    const double left = ctx.until.seconds_left();
+    a.timeout_ns = static_cast<unsigned long long>((left > 0.001 ? left : 0.001) * 1e9);
+    a.status = status_;
+    return a;
+  }
+  // Launches one chunk on stream() (the same grid on every rank: `units` is the same)
+  // and moves on to the other staging half.
+  template <class K>
+  void launch(K kernel, const kernels::ipc::coll_args& a, std::size_t units,
+              const call_context& ctx) {
+    kernel<<<grid_for(units, kernel), 256, 0, stream_>>>(a);
+    cuda::check(cudaGetLastError(), "cuda_ipc kernel launch", __FILE__, __LINE__,
+                {rank_, error_site::npos, ctx.seq});
+    parity_ ^= 1u;
+  }
+#endif
 
   // The same on every rank (same GPU model and binary). The barrier waits for every
   // block of every rank, so the whole grid must be resident at once: at most what the
