@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Bootstrap of transport::nccl from an MPI communicator: rank 0 makes the NCCL unique
-// id, MPI_Bcast sends it to every rank, each rank creates its non-blocking NCCL rank.
+// id, MPI_Ibcast (polled, under the deadline) sends it to every rank, each rank creates
+// its non-blocking NCCL rank.
 //   transport::nccl t{transport::nccl_comm_from_mpi(MPI_COMM_WORLD), local_gpu};
 // Kept apart from nccl.hpp so that NCCL programs without MPI never need mpi.h.
 #pragma once
@@ -9,11 +10,13 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <memory>
 #include <string>
 
 #include "gradsync/core/cuda_check.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/transport/mpi/poll.hpp"
 #include "gradsync/transport/nccl.hpp"
 
 namespace gradsync::transport {
@@ -34,10 +37,24 @@ inline ncclComm_t nccl_comm_from_mpi(MPI_Comm comm, int device,
                   std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
     }
   }
-  if (const int e = MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm); e != MPI_SUCCESS) {
-    throw error(errc::transport, {static_cast<std::size_t>(rank), 0, ~0ull},
-                "MPI_Bcast of the NCCL unique id failed (MPI error " + std::to_string(e) + ")");
+  // Polled under `until` (a blocking MPI_Bcast would wait for a missing rank forever).
+  // MPI may still write the id after a timeout: it lives on the heap, left allocated then.
+  auto slot = std::make_unique<ncclUniqueId>(id);
+  MPI_Request req = MPI_REQUEST_NULL;
+  int e = MPI_Ibcast(slot.get(), sizeof id, MPI_BYTE, 0, comm, &req);
+  MPI_Status st;
+  if (e == MPI_SUCCESS) e = detail::mpi_poll(req, st, until);
+  if (e == detail::mpi_poll_timed_out) {
+    (void)slot.release();
+    throw error(errc::timeout, {static_cast<std::size_t>(rank), 0, ~0ull},
+                "the broadcast of the NCCL unique id did not complete before the deadline: "
+                "every rank of the communicator must call nccl_comm_from_mpi");
   }
+  if (e != MPI_SUCCESS) {
+    throw error(errc::transport, {static_cast<std::size_t>(rank), 0, ~0ull},
+                "MPI_Ibcast of the NCCL unique id failed (MPI error " + std::to_string(e) + ")");
+  }
+  id = *slot;
   return nccl_init_rank(id, size, rank, until);
 }
 
