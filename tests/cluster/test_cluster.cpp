@@ -102,6 +102,23 @@ GS_MPI_TEST("cluster: node discovery: each host's shm group is exactly its ranks
   for (std::size_t r = 0; r < hosts.size(); ++r) {
     GS_CHECK_MSG(flat.same_host(r) == (hosts[r] == me), "rank " + std::to_string(r));
   }
+  // A split's group takes its hosts from the parent: the parity groups span both hosts.
+  gs::transport::mpi half = flat.split(static_cast<int>(world_rank() % 2), 0);
+  for (std::size_t k = 0; k < half.size(); ++k) {
+    const std::size_t r = 2 * k + world_rank() % 2;  // rank k of my parity group
+    GS_CHECK_MSG(half.same_host(k) == (hosts[r] == me), "split rank " + std::to_string(k));
+  }
+  bool spans = false;
+  for (std::size_t r = world_rank() % 2; r < hosts.size(); r += 2) spans = spans || hosts[r] != me;
+  GS_CHECK(half.crosses_network() == spans);
+  // node_color groups must not span hosts: every rank refuses, naming both ends.
+  const std::string msg =
+      GS_CHECK_ERROR((void)gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {},
+                                                             static_cast<int>(world_rank() % 2)),
+                     gs::errc::invalid_argument);
+  GS_CHECK_MSG(gs::testbed::contains(msg, "node_color 0 are on several hosts (rank 0 on " +
+                                              hosts[0] + ", rank 2 on " + hosts[2] + ")"),
+               msg);
   auto t = gs::transport::shm_from_mpi(MPI_COMM_WORLD);
   GS_CHECK_MSG(t.size() == on_my_host,
                std::to_string(t.size()) + " vs " + std::to_string(on_my_host) + " ranks on " + me);
