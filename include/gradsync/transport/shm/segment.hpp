@@ -56,12 +56,18 @@ struct shm_geometry {
 
 /// First page of the segment.
 struct seg_header {
-  static constexpr std::uint64_t magic_value = 0x32534d4853475247ull;  // "GRGSHMS2"
+  static constexpr std::uint64_t magic_value = 0x33534d4853475247ull;  // "GRGSHMS3"
   std::uint64_t magic;  // written last by the creator (release): the layout is ready
   shm_geometry geo;
   std::uint64_t total_bytes;
   std::uint32_t attached;  // ranks that have mapped the segment (n + 1: name unlinked)
   std::uint32_t creator_pid;
+  // The first rank whose sizes differ from geo claims refused_by (rank + 1), writes its
+  // sizes, then sets refused_ready: the ranks waiting for the others to attach fail at
+  // once with the mismatch instead of at the bootstrap deadline.
+  std::uint32_t refused_by;
+  std::uint32_t refused_ready;
+  shm_geometry refused_geo;
 };
 
 /// Per-rank control block; each group of words is on its own cache line so that a
@@ -339,28 +345,42 @@ class shm_segment {
   // True once rank 0 has published the header; throws errc::mismatch (closing fd) when
   // its geometry differs from this rank's.
   bool header_ready(int fd) {
-    void* p = ::mmap(nullptr, page_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    void* p = ::mmap(nullptr, page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return false;
     auto* h = static_cast<seg_header*>(p);
     const bool ready =
         shared_word(h->magic).load(std::memory_order_acquire) == seg_header::magic_value;
     const shm_geometry g = h->geo;
+    const bool differs = ready && !same_geometry(g);
+    if (differs) refuse(*h);
     ::munmap(p, page_bytes);
-    if (ready) {
-      try {
-        check_geometry(g);
-      } catch (...) {
-        ::close(fd);
-        throw;
-      }
+    if (differs) {
+      ::close(fd);
+      check_geometry(g);  // throws the mismatch
     }
     return ready;
   }
 
+  bool same_geometry(const shm_geometry& g) const {
+    return g.ranks == layout_.geo.ranks && g.slot_bytes == layout_.geo.slot_bytes &&
+           g.ring_bytes == layout_.geo.ring_bytes &&
+           g.exchange_bytes == layout_.geo.exchange_bytes && g.heap_bytes == layout_.geo.heap_bytes;
+  }
+
+  // Posts this rank's sizes as the refusal that the waiting ranks report (the first
+  // refusing rank's only).
+  void refuse(seg_header& h) const noexcept {
+    std::uint32_t none = 0;
+    if (shared_word(h.refused_by)
+            .compare_exchange_strong(none, static_cast<std::uint32_t>(rank_ + 1),
+                                     std::memory_order_acq_rel)) {
+      h.refused_geo = layout_.geo;
+      shared_word(h.refused_ready).store(1u, std::memory_order_release);
+    }
+  }
+
   void check_geometry(const shm_geometry& g) const {
-    if (g.ranks != layout_.geo.ranks || g.slot_bytes != layout_.geo.slot_bytes ||
-        g.ring_bytes != layout_.geo.ring_bytes || g.exchange_bytes != layout_.geo.exchange_bytes ||
-        g.heap_bytes != layout_.geo.heap_bytes) {
+    if (!same_geometry(g)) {
       fail(errc::mismatch, "rank 0 created it for " + describe(g) + " but this rank expects " +
                                describe(layout_.geo) +
                                " (every rank must pass the same shm_options sizes)");
@@ -386,6 +406,13 @@ class shm_segment {
       attached.fetch_add(1, std::memory_order_acq_rel);  // n + 1: attached and unlinked
     }
     while (attached.load(std::memory_order_acquire) <= n) {
+      seg_header& h = header();
+      if (shared_word(h.refused_ready).load(std::memory_order_acquire) != 0) {
+        fail(errc::mismatch, "rank " + std::to_string(h.refused_by - 1) + " expects " +
+                                 describe(h.refused_geo) + " but rank 0 created it for " +
+                                 describe(h.geo) +
+                                 " (every rank must pass the same shm_options sizes)");
+      }
       if (until.expired()) {
         const std::uint32_t seen = std::min(attached.load(), n);
         fail(errc::timeout, "only " + std::to_string(seen) + " of " + std::to_string(n) +
