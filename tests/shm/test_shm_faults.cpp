@@ -600,6 +600,7 @@ TEST_CASE("shm: bootstrap errors are reported, and leave nothing in /dev/shm") {
   } catch (const gs::error& e) {
     CHECK(e.code() == gs::errc::timeout);
     CHECK(std::string(e.what()).find("1 of 2 ranks attached") != std::string::npos);
+    CHECK(std::string(e.what()).find("(missing: rank 1)") != std::string::npos);
   }
   CHECK_FALSE(gs::testbed::segment_exists(job));
 }
