@@ -242,7 +242,7 @@ std::size_t allgather(Tr& t, std::span<const T> in, std::span<T> out,
 
 /// out := every rank's `in`, in device memory, enqueued on t's stream (returns without
 /// waiting; t.synchronize(deadline) waits). Tr: a device transport with its own allgather
-/// (transport::nccl: ncclAllGather).
+/// (nccl: ncclAllGather; mpi_device: MPI_Iallgather; cuda_ipc: a kernel).
 template <class Tr, class TIn, class T>
 requires std::is_same_v<std::remove_const_t<TIn>, T>
 void allgather(Tr& t, device_span<TIn> in, device_span<T> out, const call_options& opt = {}) {

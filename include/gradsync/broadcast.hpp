@@ -159,7 +159,7 @@ std::size_t broadcast(Tr& t, std::span<T> data, std::size_t root, const call_opt
 
 /// data := rank `root`'s data on every rank, in device memory, enqueued on t's stream
 /// (returns without waiting; t.synchronize(deadline) waits). Tr: a device transport with
-/// its own broadcast (transport::nccl: ncclBroadcast).
+/// its own broadcast (nccl: ncclBroadcast; mpi_device: MPI_Ibcast; cuda_ipc: a kernel).
 template <class Tr, class T>
 void broadcast(Tr& t, device_span<T> data, std::size_t root, const call_options& opt = {}) {
   detail::check_device_collective<Tr>();

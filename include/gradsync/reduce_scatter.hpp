@@ -192,7 +192,8 @@ requires std::is_same_v<std::remove_const_t<TIn>, T> std::size_t reduce_scatter(
 
 /// out := block rank() of the reduction of every rank's `in`, in device memory, enqueued
 /// on t's stream (returns without waiting; t.synchronize(deadline) waits). Tr: a device
-/// transport with its own reduce_scatter (transport::nccl: ncclReduceScatter).
+/// transport with its own reduce_scatter (nccl: ncclReduceScatter; mpi_device:
+/// MPI_Ireduce_scatter_block; cuda_ipc: a kernel).
 template <class Tr, class TIn, class T, class Op>
 requires std::is_same_v<std::remove_const_t<TIn>, T>
 void reduce_scatter(Tr& t, device_span<TIn> in, device_span<T> out, Op op,
