@@ -228,15 +228,9 @@ class mpi {
     auto slot = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
     MPI_Request req = MPI_REQUEST_NULL;
     detail::check_mpi(MPI_Comm_idup(comm, slot.get(), &req), "MPI_Comm_idup", {});
-    MPI_Status st;
-    const int rc = detail::mpi_poll(req, st, deadline::after(default_timeout()));
-    if (rc == detail::mpi_poll_timed_out) {
-      (void)slot.release();
-      throw error(errc::timeout, {},
-                  "MPI_Comm_idup did not complete before the deadline: every rank of the "
-                  "communicator must construct transport::mpi (set GRADSYNC_TIMEOUT to wait "
-                  "longer)");
-    }
+    const int rc = detail::poll_collective(
+        req, deadline::after(default_timeout()), [&] { (void)slot.release(); }, {},
+        "MPI_Comm_idup (every rank of the communicator constructs transport::mpi)");
     detail::check_mpi(rc, "MPI_Comm_idup", {});
     comm_ = *slot;
     adopt();

@@ -32,7 +32,7 @@ struct rank_place {
 };
 
 /// MPI_Iallgather of `bytes` per rank from `mine` into `all`, polled until `until`
-/// (collective over comm). On a timeout the buffers stay allocated: MPI may still write.
+/// (collective over comm; poll_collective says what a timeout leaves).
 inline void allgather_polled(MPI_Comm comm, const void* mine, std::size_t bytes,
                              std::vector<char>& all, std::size_t size, deadline until,
                              const char* what) {
@@ -43,16 +43,13 @@ inline void allgather_polled(MPI_Comm comm, const void* mine, std::size_t bytes,
   check_mpi(MPI_Iallgather(in->data(), static_cast<int>(bytes), MPI_BYTE, out->data(),
                            static_cast<int>(bytes), MPI_BYTE, comm, &req),
             "MPI_Iallgather", {});
-  MPI_Status st;
-  const int rc = mpi_poll(req, st, until);
-  if (rc == mpi_poll_timed_out) {
-    (void)out.release();
-    (void)in.release();
-    throw error(errc::timeout, {},
-                std::string(what) +
-                    " did not complete before the deadline: every rank of the communicator "
-                    "must take part (set GRADSYNC_TIMEOUT to wait longer)");
-  }
+  const int rc = poll_collective(
+      req, until,
+      [&] {
+        (void)out.release();
+        (void)in.release();
+      },
+      {}, what);
   check_mpi(rc, "MPI_Iallgather", {});
   all = std::move(*out);
 }

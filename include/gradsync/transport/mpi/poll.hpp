@@ -11,10 +11,12 @@
 
 #include <chrono>
 #include <cstddef>
+#include <string>
 #include <thread>
 
 #include "gradsync/core/abort.hpp"
 #include "gradsync/core/deadline.hpp"
+#include "gradsync/core/error.hpp"
 
 namespace gradsync::transport::detail {
 
@@ -98,6 +100,26 @@ int mpi_poll(MPI_Request& req, MPI_Status& st, deadline d, bool bulk = false,
     if (idle(now)) return mpi_poll_peer_failed;
     b.pause();
   }
+}
+
+/// Waits by `d` for a nonblocking collective that every rank posts at setup (a
+/// communicator's idup, a bootstrap's allgather or broadcast). After a timeout MPI may
+/// still write its buffers, so `keep()` first leaves them allocated (releases them from
+/// their owners); then errc::timeout says `what` did not complete and that every rank
+/// must take part. MPI's own error codes are returned.
+template <class Keep>
+int poll_collective(MPI_Request& req, deadline d, Keep&& keep, const error_site& where,
+                    const std::string& what) {
+  MPI_Status st;
+  const int rc = mpi_poll(req, st, d);
+  if (rc == mpi_poll_timed_out) {
+    keep();
+    throw error(errc::timeout, where,
+                what +
+                    " did not complete before the deadline: every rank of the communicator "
+                    "must take part (set GRADSYNC_TIMEOUT to wait longer)");
+  }
+  return rc;
 }
 
 }  // namespace gradsync::transport::detail

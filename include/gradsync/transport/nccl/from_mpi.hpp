@@ -37,18 +37,14 @@ inline ncclComm_t nccl_comm_from_mpi(MPI_Comm comm, int device,
                   std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
     }
   }
-  // Polled under `until` (a blocking MPI_Bcast would wait for a missing rank forever).
-  // MPI may still write the id after a timeout: it lives on the heap, left allocated then.
+  // Polled under `until`: a blocking MPI_Bcast would wait for a missing rank forever.
   auto slot = std::make_unique<ncclUniqueId>(id);
   MPI_Request req = MPI_REQUEST_NULL;
   int e = MPI_Ibcast(slot.get(), sizeof id, MPI_BYTE, 0, comm, &req);
-  MPI_Status st;
-  if (e == MPI_SUCCESS) e = detail::mpi_poll(req, st, until);
-  if (e == detail::mpi_poll_timed_out) {
-    (void)slot.release();
-    throw error(errc::timeout, {static_cast<std::size_t>(rank), 0, ~0ull},
-                "the broadcast of the NCCL unique id did not complete before the deadline: "
-                "every rank of the communicator must call nccl_comm_from_mpi");
+  if (e == MPI_SUCCESS) {
+    e = detail::poll_collective(
+        req, until, [&] { (void)slot.release(); }, {static_cast<std::size_t>(rank), 0, ~0ull},
+        "the broadcast of the NCCL unique id (every rank calls nccl_comm_from_mpi)");
   }
   if (e != MPI_SUCCESS) {
     throw error(errc::transport, {static_cast<std::size_t>(rank), 0, ~0ull},
