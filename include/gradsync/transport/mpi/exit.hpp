@@ -14,8 +14,11 @@
 //   }
 //
 // Every rank that hits the error ends by itself, so a partitioned job ends too: the
-// ranks on each side of the cut time out (GRADSYNC_TIMEOUT) and exit. finalize_job ends
-// a good run: every rank calls it instead of MPI_Finalize.
+// ranks on each side of the cut time out (GRADSYNC_TIMEOUT) and exit. The launcher may
+// still wait for an unreachable host (Open MPI's mpirun until TCP gives up on it), so
+// abort_job first prints "[gradsync] rank R: ending the job ..." (end_of_job_mark), which
+// scripts/elastic-run watches for to bound the launcher's life. finalize_job ends a good
+// run: every rank calls it instead of MPI_Finalize.
 #pragma once
 
 #include <mpi.h>
@@ -30,11 +33,22 @@
 
 namespace gradsync::transport {
 
+/// abort_job prints "[gradsync] rank R: <end_of_job_mark> ..."; scripts/elastic-run
+/// matches that text.
+inline constexpr const char* end_of_job_mark = "ending the job";
+
 /// MPI_Abort(comm, code), but this process exits with `code` after `grace` at the
 /// latest. Safe to call from any thread; never returns.
 [[noreturn]] inline void abort_job(MPI_Comm comm, int code,
                                    std::chrono::milliseconds grace = std::chrono::seconds(10)) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  int rank = -1;  // -1: MPI is not running, so there is no rank to name
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::fflush(stdout);
+  std::fprintf(stderr, "[gradsync] rank %d: %s (MPI_Abort, exit status %d)\n", rank,
+               end_of_job_mark, code);
   std::fflush(stderr);
   std::thread([code, grace] {
     std::this_thread::sleep_for(grace);
@@ -43,9 +57,6 @@ namespace gradsync::transport {
     std::fflush(stderr);
     std::_Exit(code);
   }).detach();
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
   if (initialized && !finalized) MPI_Abort(comm, code);
   std::_Exit(code);
 }
