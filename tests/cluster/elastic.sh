@@ -3,7 +3,7 @@
 # 2 hosts x 2 ranks two_level run loses host gsB (SIGKILL of everything running in it:
 # its MPI daemon and both ranks) after a checkpoint; elastic-run relaunches it on the
 # one host left, from the latest checkpoint, within 30 s of the kill, and it ends with
-# the accuracy of an uninterrupted 4-rank run (within a point).
+# the accuracy of an uninterrupted 4-rank run (within half a point).
 #   elastic.sh MINI_TRAINER MPI_TRAINER FLAVOUR
 source "$(dirname "$0")/../trainer/common.sh"
 M=${2:?mpi trainer}

@@ -44,8 +44,8 @@ elastic_wait_for() {
 }
 # After a kill at $2 (date +%s.%N): waits for elastic-run ($1) and checks that its first
 # launch failed, that it relaunched on $3 (the count it logs), that the trainer resumed
-# the checkpoint of $4 ranks on $5, within 30 s of the kill, and that it ended within a
-# point of the uninterrupted run's accuracy ($TMP/ref.out). Sets gap, a and b (accuracies).
+# the checkpoint of $4 ranks on $5, within 30 s of the kill, and that it ended within
+# half a point of the uninterrupted run's accuracy ($TMP/ref.out). Sets gap, a and b (accuracies).
 elastic_verdict() {
   local epid=$1 killed=$2 resumed="" rc=0
   for _ in $(seq 1 1200); do
@@ -70,6 +70,6 @@ elastic_verdict() {
   a=$(field_of "$(final_of "$TMP/ref.out")" test_acc)
   b=$(field_of "$(final_of "$TMP/el.out")" test_acc)
   [ -n "$b" ] || fail "the elastic run has no final line"
-  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
+  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }' ||
     fail "test_acc $b after the restart vs $a uninterrupted"
 }
