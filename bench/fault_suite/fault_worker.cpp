@@ -13,10 +13,15 @@
 // rank records its own error before the launcher, told by the first abort, kills them
 // (the suite checks each survivor's; 1 s when not given). A rank whose process exits
 // without either (inside the MPI library, say) writes "exited during the loop" from an
-// atexit handler, so that a failed trial tells such an exit from a signal.
+// atexit handler, and one killed by a catchable signal left at its default action
+// (SIGPIPE, SIGTERM, ...) writes "died of signal N" first, so that a failed trial tells
+// how a rank that recorded no error ended.
 //   fault_worker shm|mpi|two_level OUT_DIR [elements] [seconds_between_calls] [linger]
+#include <fcntl.h>
 #include <mpi.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <cstdio>
@@ -64,6 +69,37 @@ struct recorder {
   }
 };
 
+// "died of signal N" into the record (opened before, as `fd`) from a handler of every
+// catchable signal whose action is the default, then that default: the process still dies
+// of it, and a trial's files say which signal it was.
+struct signal_note {
+  static int& fd() {
+    static int f = -1;
+    return f;
+  }
+  static void handler(int sig) {
+    char msg[] = "died of signal 00\n";
+    msg[15] = static_cast<char>('0' + sig / 10 % 10);
+    msg[16] = static_cast<char>('0' + sig % 10);
+    if (fd() >= 0 && ::write(fd(), msg, sizeof msg - 1) < 0) {
+      // nothing more a signal handler can do about it
+    }
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+  static void install(const std::string& file) {
+    fd() = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    for (int sig : {SIGPIPE, SIGTERM, SIGHUP, SIGINT, SIGUSR1, SIGUSR2, SIGALRM}) {
+      struct sigaction now {};
+      if (sigaction(sig, nullptr, &now) == 0 && now.sa_handler == SIG_DFL) {
+        struct sigaction act {};
+        act.sa_handler = handler;
+        sigaction(sig, &act, nullptr);
+      }
+    }
+  }
+};
+
 // Faults planned from the environment: GS_FAULT_DELAY="rank:call:seconds" makes that
 // rank sleep (outside gradsync) before that call (the stall trials);
 // GS_FAULT_NAN="rank:call:index" puts a NaN at that index of that rank's input before
@@ -102,6 +138,7 @@ std::size_t loop(const recorder& rec, double pause, std::size_t rank, std::span<
   const fault_plan plan = fault_plan::from_env();
   recorder::active() = &rec;
   std::atexit(recorder::on_exit);
+  signal_note::install(rec.file);
   std::size_t calls = 0;
   for (;; ++calls) {
     if (calls == plan.calls) {

@@ -29,16 +29,19 @@ rc=0
   sleep 60" >"$TMP/1.out" 2>"$TMP/1.err" || rc=$?
 took=$(secs "$t0")
 [ $rc -ne 0 ] || fail "1: exit status 0 after a rank ended the job"
-awk -v t="$took" 'BEGIN { exit !(t >= 1 && t < 7) }' || fail "1: ended after $took s (grace 1 s, then 3 s to SIGKILL)"
+awk -v t="$took" 'BEGIN { exit !(t >= 1 && t < 7) }' ||
+  fail "1: ended after $took s (grace 1 s, then 3 s to SIGKILL)"
 grep -qx 'step 1 done' "$TMP/1.out" || fail "1: the job's standard output did not pass through"
 grep -qF "$mark" "$TMP/1.err" || fail "1: the job's standard error did not pass through"
 grep -q "still running 1 s after a rank ended the job ('\[gradsync\] rank 1: ending the job" \
   "$TMP/1.err" || fail "1: no SIGTERM line naming the rank's announcement"
-grep -q "did not end 3 s after the signal; sending SIGKILL" "$TMP/1.err" || fail "1: no SIGKILL line"
+grep -q "did not end 3 s after the signal; sending SIGKILL" "$TMP/1.err" ||
+  fail "1: no SIGKILL line"
 straggler=$(cat "$TMP/straggler.pid")
 sleep 0.2
 state=$(ps -o stat= -p "$straggler" 2>/dev/null || true)  # a zombie (Z) has ended
-[[ -z $state || $state == Z* ]] || { kill "$straggler"; fail "1: the launcher's child $straggler was left running ($state)"; }
+[[ -z $state || $state == Z* ]] ||
+  { kill "$straggler"; fail "1: the launcher's child $straggler was left running ($state)"; }
 echo "1: a launcher ignoring SIGTERM ended in $took s (grace 1 s), its child too"
 
 # 2. A launcher that ends by itself after the announcement keeps its own status.
@@ -51,7 +54,8 @@ echo "2: a launcher ending by itself kept its status 3"
 
 # 3. No announcement: a long job is left alone (grace 0 would end it at once otherwise).
 rc=0
-"$ER" --restarts 0 --end-grace 0 -- bash -c 'echo "[gradsync] rank 0: ended a step"; sleep 1.5; exit 4' \
+"$ER" --restarts 0 --end-grace 0 -- \
+  bash -c 'echo "[gradsync] rank 0: ended a step"; sleep 1.5; exit 4' \
   >"$TMP/3.out" 2>"$TMP/3.err" || rc=$?
 [ $rc -eq 4 ] || fail "3: exit status $rc, expected 4 (signalled without an announcement?)"
 echo "3: without an announcement the job ran to its own end"

@@ -2,9 +2,12 @@
 // transport::mpi on its own: traits, isolation from user traffic, point-to-point,
 // splitting of long messages (lowered threshold and the real > INT_MAX path), the
 // huge-page staging of large sends, size mismatches, timeouts, split(), options, the
-// thread-level check and the op cache.
+// thread-level check, the op cache and SIGPIPE.
 #include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -367,6 +370,49 @@ GS_MPI_TEST("transport: split(color, key) forms working sub-groups", 60) {
   GS_CHECK(sub.comm() == MPI_COMM_NULL && moved.size() == group);
   exact_sum<gs::algo::tree, std::int32_t>(moved, 333);
   GS_CHECK(moved.frees_communicator() && t.frees_communicator());  // nothing failed here
+}
+
+namespace {
+void no_op_handler(int) {}
+void (*sigpipe_action())(int) {
+  struct sigaction now {};
+  sigaction(SIGPIPE, nullptr, &now);
+  return now.sa_handler;
+}
+void set_sigpipe(void (*h)(int)) {
+  struct sigaction act {};
+  act.sa_handler = h;
+  sigemptyset(&act.sa_mask);
+  sigaction(SIGPIPE, &act, nullptr);
+}
+}  // namespace
+
+// transport/mpi/sigpipe.hpp: a write to a dead peer's socket must fail the call, not kill
+// the rank. The constructor ignores SIGPIPE only when it is at its default action and
+// mpi_options::ignore_sigpipe is on; a user's handler is kept.
+GS_MPI_TEST("transport: SIGPIPE at its default action is ignored, a user's handler kept", 30) {
+  struct sigaction saved {};
+  sigaction(SIGPIPE, nullptr, &saved);
+  set_sigpipe(SIG_DFL);
+  { gs::transport::mpi t{MPI_COMM_WORLD, {.ignore_sigpipe = false}}; }
+  GS_CHECK_MSG(sigpipe_action() == SIG_DFL, "ignore_sigpipe = false changed SIGPIPE's action");
+  { gs::transport::mpi t{MPI_COMM_WORLD}; }
+  GS_CHECK_MSG(sigpipe_action() == SIG_IGN, "SIGPIPE is not ignored after construction");
+  // What it is for: a write to a pipe nobody reads fails with EPIPE; the process lives
+  // (not tried when the check above failed: the write would end the test program).
+  int fds[2];
+  GS_REQUIRE(sigpipe_action() == SIG_IGN && ::pipe(fds) == 0);
+  ::close(fds[0]);
+  errno = 0;
+  const auto n = ::write(fds[1], "x", 1);
+  const int err = errno;
+  ::close(fds[1]);
+  GS_CHECK_MSG(n == -1 && err == EPIPE,
+               "write to a closed pipe: " + std::to_string(n) + ", errno " + std::to_string(err));
+  set_sigpipe(no_op_handler);
+  { gs::transport::mpi t{MPI_COMM_WORLD}; }
+  GS_CHECK_MSG(sigpipe_action() == no_op_handler, "the user's SIGPIPE handler was replaced");
+  sigaction(SIGPIPE, &saved, nullptr);
 }
 
 // Where ranks run (transport/mpi/node.hpp): one host here, so the one-allgather answer;

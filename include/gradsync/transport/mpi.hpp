@@ -62,6 +62,7 @@
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/mpi/node.hpp"
 #include "gradsync/transport/mpi/poll.hpp"
+#include "gradsync/transport/mpi/sigpipe.hpp"
 #include "gradsync/transport/mpi/stall.hpp"
 #include "gradsync/transport/mpi/stage.hpp"
 #include "gradsync/transport/mpi/types.hpp"
@@ -93,6 +94,10 @@ struct mpi_options {
   /// Whether the ranks span hosts: the algorithms then keep every receive of a step in
   /// flight (algo::tuning::inflight_segments). Detected at construction by default.
   network_hint network = network_hint::detect;
+  /// When SIGPIPE is at its default action, the constructor sets it to ignored, so that a
+  /// peer dying mid-send fails this rank's call instead of killing the process without a
+  /// word (transport/mpi/sigpipe.hpp). false leaves the process's signal actions alone.
+  bool ignore_sigpipe = true;
 };
 
 namespace detail {
@@ -223,6 +228,7 @@ class mpi {
   /// deadline) and sets MPI_ERRORS_RETURN on the duplicate.
   explicit mpi(MPI_Comm comm, mpi_options opt = {}) : opt_(opt) {
     check_usable_and_options(comm);
+    if (opt_.ignore_sigpipe) detail::ignore_default_sigpipe();
     // MPI fills the new handle in when the idup completes: give it storage that outlives
     // a timed-out constructor (a collective cannot be cancelled, so that one is leaked).
     auto slot = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
