@@ -391,8 +391,12 @@ void set_sigpipe(void (*h)(int)) {
 // the rank. The constructor ignores SIGPIPE only when it is at its default action and
 // mpi_options::ignore_sigpipe is on; a user's handler is kept.
 GS_MPI_TEST("transport: SIGPIPE at its default action is ignored, a user's handler kept", 30) {
-  struct sigaction saved {};
-  sigaction(SIGPIPE, nullptr, &saved);
+  // The process's action is put back however the test ends (a failed REQUIRE throws).
+  struct restore {
+    struct sigaction saved {};
+    restore() { sigaction(SIGPIPE, nullptr, &saved); }
+    ~restore() { sigaction(SIGPIPE, &saved, nullptr); }
+  } const keep;
   set_sigpipe(SIG_DFL);
   { gs::transport::mpi t{MPI_COMM_WORLD, {.ignore_sigpipe = false}}; }
   GS_CHECK_MSG(sigpipe_action() == SIG_DFL, "ignore_sigpipe = false changed SIGPIPE's action");
@@ -412,7 +416,6 @@ GS_MPI_TEST("transport: SIGPIPE at its default action is ignored, a user's handl
   set_sigpipe(no_op_handler);
   { gs::transport::mpi t{MPI_COMM_WORLD}; }
   GS_CHECK_MSG(sigpipe_action() == no_op_handler, "the user's SIGPIPE handler was replaced");
-  sigaction(SIGPIPE, &saved, nullptr);
 }
 
 // Where ranks run (transport/mpi/node.hpp): one host here, so the one-allgather answer;
