@@ -6,7 +6,9 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -26,12 +28,30 @@ namespace gradsync::testbed {
 int run_mpi_tests(const std::vector<std::string>& filters, const char* flavour) {
   auto& st = mpi_state();
   int cases = 0, passed = 0, failed = 0, skipped = 0;
+  // GRADSYNC_TEST_TIMING=0 skips the timing cases. Every rank must see the same setting, or
+  // some would run a case the others skip and wait for them until the watchdog.
+  const char* timing_env = std::getenv("GRADSYNC_TEST_TIMING");
+  const std::uint64_t timing = !(timing_env && std::strcmp(timing_env, "0") == 0);
+  for (const std::uint64_t t : world_allgather({timing})) {
+    if (t != timing) {
+      std::fprintf(stderr, "rank %d: GRADSYNC_TEST_TIMING differs between the ranks\n", st.rank);
+      return 1;
+    }
+  }
   const auto t_all = std::chrono::steady_clock::now();
   for (const auto& c : mpi_registry()) {
     bool selected = filters.empty();
     for (const auto& f : filters) selected = selected || contains(c.name, f);
     if (!selected) continue;
     ++cases;
+    if (c.timing && !timing) {
+      ++skipped;
+      if (st.rank == 0) {
+        std::printf("[SKIP] %s: a timing case, skipped under GRADSYNC_TEST_TIMING=0\n",
+                    c.name.c_str());
+      }
+      continue;
+    }
     world_barrier();  // every case starts together; a failed case cannot leak into the next
     st.case_name = c.name;
     st.failures = 0;

@@ -116,7 +116,7 @@ GS_MPI_TEST("collectives: above the native threshold, gradsync's algorithms over
 // Without the argument check the timeout happens inside MPI_Ibcast, which MPI cannot
 // cancel: the others keep it pending and refuse further native calls, and the late root
 // then joins it. (A late non-root would not do: the others may get the data without it.)
-GS_MPI_TEST("collectives: a native broadcast times out, then the late root joins", 30) {
+GS_MPI_TIMING_TEST("collectives: a native broadcast times out, then the late root joins", 30) {
   gs::transport::mpi t{MPI_COMM_WORLD};
   if (t.size() < 2) GS_SKIP("needs 2 ranks");
   const std::size_t root = 0;

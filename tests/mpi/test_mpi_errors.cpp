@@ -201,7 +201,7 @@ GS_MPI_TEST("errors: check_finite names the job's rank and its host, on every ra
 
 // abort() from another thread while waiting for a late rank: errc::aborted at once on
 // the aborted rank (its deadline is 20 s); the others time out as they would on a lost rank.
-GS_MPI_TEST("errors: abort() ends the wait in flight and every later one", 30) {
+GS_MPI_TIMING_TEST("errors: abort() ends the wait in flight and every later one", 30) {
   gs::transport::mpi t{MPI_COMM_WORLD};
   if (t.size() < 2) GS_SKIP("needs 2 ranks");
   const std::size_t late = t.size() - 1;
@@ -226,9 +226,11 @@ GS_MPI_TEST("errors: abort() ends the wait in flight and every later one", 30) {
                    gs::errc::aborted);
     GS_CHECK_MSG(since(t0) < 0.5, "a later call took " + std::to_string(since(t0)) + " s");
   } else {
-    if (t.rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    // Late enough that rank 0 still waits at its abort (0.1 s); the others' deadline
+    // leaves 0.4 s before their failure could reach rank 0 first.
+    if (t.rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     try {
-      gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, within(1));
+      gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum, within(0.5));
       GS_CHECK_MSG(false, "a call without rank 0 succeeded");
     } catch (const gs::error& e) {
       GS_CHECK_MSG(e.code() == gs::errc::timeout || e.code() == gs::errc::mismatch, e.what());
@@ -240,7 +242,8 @@ GS_MPI_TEST("errors: abort() ends the wait in flight and every later one", 30) {
 // The stall inspector over MPI: the stalled ranks ask every peer where it is (answered
 // from the peers' own waits); rank 0's warning names exactly the late rank, with its host,
 // as not answering (it sleeps outside gradsync), and none of the waiting ranks.
-GS_MPI_TEST("errors: a stall warning names exactly the rank that has not entered the call", 60) {
+GS_MPI_TIMING_TEST("errors: a stall warning names exactly the rank that has not entered the call",
+                   60) {
   ::setenv("GRADSYNC_STALL_WARN", "0.3", 1);
   gs::transport::mpi t{MPI_COMM_WORLD};
   ::unsetenv("GRADSYNC_STALL_WARN");
@@ -310,17 +313,17 @@ GS_MPI_TEST("errors: algorithm mismatch", 30) {
       {"rank 1 differs from rank 0 in algorithm ring vs tree"});
 }
 
-GS_MPI_TEST("errors: a late rank times out the others (ring)", 30) {
+GS_MPI_TIMING_TEST("errors: a late rank times out the others (ring)", 30) {
   late_rank<gs::algo::ring>();
 }
-GS_MPI_TEST("errors: a late rank times out the others (native)", 30) {
+GS_MPI_TIMING_TEST("errors: a late rank times out the others (native)", 30) {
   late_rank<gs::algo::native>();
 }
 
 // Without the consistency check the timeout happens inside MPI_Iallreduce, which MPI
 // cannot cancel: the others keep it pending and refuse further native calls; the late
 // rank then joins it and gets the full, exact result.
-GS_MPI_TEST("errors: native timeout inside MPI_Iallreduce, then the late rank joins", 30) {
+GS_MPI_TIMING_TEST("errors: native timeout inside MPI_Iallreduce, then the late rank joins", 30) {
   gs::transport::mpi t{MPI_COMM_WORLD};
   if (t.size() < 2) GS_SKIP("needs 2 ranks");
   const std::size_t late = t.size() - 1;
@@ -351,7 +354,8 @@ GS_MPI_TEST("errors: native timeout inside MPI_Iallreduce, then the late rank jo
 // A rank that is not in any gradsync call (dead, stopped, busy elsewhere) does not answer
 // the stall inspector's query: at their timeout the others name it, also those that
 // were waiting on another rank (which was itself waiting for the silent one).
-GS_MPI_TEST("errors: a timeout names the rank that does not answer, whoever was awaited", 30) {
+GS_MPI_TIMING_TEST("errors: a timeout names the rank that does not answer, whoever was awaited",
+                   30) {
   gs::transport::mpi t{MPI_COMM_WORLD};
   if (t.size() < 2) GS_SKIP("needs 2 ranks");
   const std::size_t silent = t.size() - 1;
@@ -374,7 +378,7 @@ GS_MPI_TEST("errors: a timeout names the rank that does not answer, whoever was 
 
 // two_level relays a failure of one level to the other through announce_failure: on
 // mpi a notice that ends every peer's wait at once with peer_lost quoting the cause.
-GS_MPI_TEST("errors: a failure announced by a rank ends the others' waits, quoting it", 30) {
+GS_MPI_TIMING_TEST("errors: a failure announced by a rank ends the others' waits, quoting it", 30) {
   gs::transport::mpi t{MPI_COMM_WORLD};
   if (t.size() < 2) GS_SKIP("needs 2 ranks");
   const std::size_t failed = t.size() / 2;

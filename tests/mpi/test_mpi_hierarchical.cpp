@@ -274,7 +274,7 @@ namespace {
 // time out across nodes, and rank 2, waiting for its node-mate inside the node, times out
 // too. Nobody hangs, and every rank names rank 3: directly (a timeout waiting for it, or
 // its silence at the last query) or through a peer's relayed failure (peer_lost quoting
-// it). `call` gets a 3 s deadline with the argument check off, so that the data phase
+// it). `call` gets a 1.5 s deadline with the argument check off, so that the data phase
 // itself fails.
 void missing_rank_fails_every_rank(
     const std::function<void(two_level&, const gs::call_options&)>& call) {
@@ -283,7 +283,7 @@ void missing_rank_fails_every_rank(
                                         {.network = gs::transport::network_hint::yes});
   GS_REQUIRE(t.pipelines());
   gs::call_options opt;
-  opt.timeout = gs::seconds_d(3);
+  opt.timeout = gs::seconds_d(1.5);
   opt.check = false;
   if (world_rank() != 3) {
     const auto t0 = std::chrono::steady_clock::now();

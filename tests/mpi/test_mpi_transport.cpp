@@ -213,7 +213,7 @@ GS_MPI_TEST("transport: large sends go through the huge-page staging pool intact
 // (Open MPI cannot cancel a send; the request is freed and completes later), so the
 // block is abandoned, never reused, and the message still arrives intact after the next
 // staged send has gone through the pool.
-GS_MPI_TEST("transport: a timed-out staged send keeps its block until MPI is done", 60) {
+GS_MPI_TIMING_TEST("transport: a timed-out staged send keeps its block until MPI is done", 60) {
   if (world_size() < 2) GS_SKIP("needs 2 ranks");
   if (!gs::transport::detail::thp_available()) GS_SKIP("transparent huge pages are off");
   gs::transport::mpi t{MPI_COMM_WORLD, {.stage_limit_bytes = 2 << 20}};
@@ -318,7 +318,7 @@ GS_MPI_TEST("transport: a different message size is a mismatch, not a corruption
   }
 }
 
-GS_MPI_TEST("transport: a receive nobody sends times out naming rank, peer and seq", 30) {
+GS_MPI_TIMING_TEST("transport: a receive nobody sends times out naming rank, peer and seq", 30) {
   gs::transport::mpi t{MPI_COMM_WORLD};
   (void)t.next_seq();
   (void)t.next_seq();
@@ -418,9 +418,8 @@ GS_MPI_TEST("transport: SIGPIPE at its default action is ignored, a user's handl
   GS_CHECK_MSG(sigpipe_action() == no_op_handler, "the user's SIGPIPE handler was replaced");
 }
 
-// Where ranks run (transport/mpi/node.hpp): one host here, so the one-allgather answer;
-// a split's group inherits it; and a rank that never joins makes the others time out
-// instead of hanging in a blocking collective.
+// Where ranks run (transport/mpi/node.hpp): one host here, so the one-allgather answer,
+// and a split's group inherits it.
 GS_MPI_TEST("transport: ranks are placed on hosts without blocking collectives", 30) {
   namespace d = gs::transport::detail;
   const std::size_t n = world_size(), r = world_rank();
@@ -440,9 +439,16 @@ GS_MPI_TEST("transport: ranks are placed on hosts without blocking collectives",
   GS_CHECK(!t.crosses_network() && !half.crosses_network());
   for (std::size_t q = 0; q < n; ++q) GS_CHECK(t.same_host(q));
   for (std::size_t q = 0; q < half.size(); ++q) GS_CHECK(half.same_host(q));
-  if (n < 2) return;
-  // The last rank comes late: the others fail by their deadline, then it joins alone
-  // (on a communicator of its own: the others' MPI_Iallgather stays posted there).
+}
+
+// A rank that never joins the placement makes the others time out instead of hanging in
+// a blocking collective. The last rank comes late: the others fail by their deadline,
+// then it joins alone (on a communicator of its own: the others' MPI_Iallgather stays
+// posted there).
+GS_MPI_TIMING_TEST("transport: placing ranks on hosts times out without a rank", 30) {
+  namespace d = gs::transport::detail;
+  const std::size_t n = world_size(), r = world_rank();
+  if (n < 2) GS_SKIP("needs 2 ranks");
   MPI_Comm c = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &c);
   if (r + 1 == n) {
@@ -459,7 +465,7 @@ GS_MPI_TEST("transport: ranks are placed on hosts without blocking collectives",
 
 // MPI_Comm_split blocks without a deadline; split() first exchanges every rank's
 // arguments in the transport's own messages, so a rank that never calls is named.
-GS_MPI_TEST("transport: a split that one rank skips fails the others by the deadline", 30) {
+GS_MPI_TIMING_TEST("transport: a split that one rank skips fails the others by the deadline", 30) {
   const std::size_t n = world_size(), r = world_rank();
   if (n < 2) GS_SKIP("needs 2 ranks");
   gs::transport::mpi t{MPI_COMM_WORLD};
