@@ -211,7 +211,7 @@ GS_MPI_TEST("cluster: a timeout names the peer's world rank and host", 60) {
     float x = 0;
     auto r = t.irecv(last, &x, sizeof x, 77);
     const std::string msg =
-        GS_CHECK_ERROR(t.wait(r, gs::deadline::after(gs::seconds_d(1))), gs::errc::timeout);
+        GS_CHECK_ERROR(t.wait(r, gs::deadline::after(gs::seconds_d(0.5))), gs::errc::timeout);
     GS_CHECK_MSG(gs::testbed::contains(msg, "(peer " + std::to_string(last) + ")"), msg);
     GS_CHECK_MSG(gs::testbed::contains(msg, "peer " + std::to_string(last) + " on " + hosts[last]),
                  msg);
@@ -225,7 +225,7 @@ GS_MPI_TEST("cluster: a timeout names the peer's world rank and host", 60) {
     float x = 0;
     auto r = tl.inter().irecv(peer, &x, sizeof x, 78);
     const std::string msg = GS_CHECK_ERROR(
-        tl.inter().wait(r, gs::deadline::after(gs::seconds_d(1))), gs::errc::timeout);
+        tl.inter().wait(r, gs::deadline::after(gs::seconds_d(0.5))), gs::errc::timeout);
     const std::size_t peer_world = peer * tl.intra().size() + tl.intra().rank();
     GS_CHECK_MSG(gs::testbed::contains(msg, "(peer " + std::to_string(peer_world) + ")"), msg);
     GS_CHECK_MSG(gs::testbed::contains(msg, "on " + hosts[peer_world]), msg);
