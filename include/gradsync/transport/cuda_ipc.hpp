@@ -365,8 +365,9 @@ class cuda_ipc {
   int* status_ = nullptr;
   std::vector<std::byte*> peers_;
   std::uint64_t seq_ = 0;
-  unsigned epoch_ = 0;
-  unsigned parity_ = 0;
+  // Read only by the device collectives, which exist under __CUDACC__ alone.
+  [[maybe_unused]] unsigned epoch_ = 0;
+  [[maybe_unused]] unsigned parity_ = 0;
   bool broken_ = false;
   abort_switch abort_;  // abort()
 };
