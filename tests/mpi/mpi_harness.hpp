@@ -174,8 +174,8 @@ int run_mpi_tests(const std::vector<std::string>& filters, const char* flavour);
       name, &GS_MPI_CAT(gs_mpi_case_, __LINE__), watchdog_s};                        \
   static void GS_MPI_CAT(gs_mpi_case_, __LINE__)()
 /// A case whose wall time is mostly deliberate waits (deadlines running out, late ranks).
-/// A job run with GRADSYNC_TEST_TIMING=0 skips it: tests/mpi/meson.build runs these cases
-/// in the 2, 3 and 6 rank jobs only, where they cover direct and relayed waits alike.
+/// A job run with GRADSYNC_TEST_TIMING=0 skips it: tests/mpi/meson.build says which rank
+/// counts run these cases (2, 3 and 6: direct and relayed waits alike).
 #define GS_MPI_TIMING_TEST(name, watchdog_s)                                         \
   static void GS_MPI_CAT(gs_mpi_case_, __LINE__)();                                  \
   static const ::gradsync::testbed::mpi_registrar GS_MPI_CAT(gs_mpi_reg_, __LINE__){ \
