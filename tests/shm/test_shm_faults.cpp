@@ -603,6 +603,23 @@ TEST_CASE("shm: bootstrap errors are reported, and leave nothing in /dev/shm") {
     CHECK(std::string(e.what()).find("(missing: rank 1)") != std::string::npos);
   }
   CHECK_FALSE(gs::testbed::segment_exists(job));
+  // Rank 0 of 3 alone: both others named.
+  const std::string job3 = gs::testbed::unique_job("lonely3");
+  try {
+    gs::transport::shm_options o;
+    o.size = 3;
+    o.job = job3;
+    o.bootstrap_timeout = gs::seconds_d(0.3);
+    gs::transport::shm t(o);
+    FAIL("a group with missing ranks must not form");
+  } catch (const gs::error& e) {
+    CHECK(e.code() == gs::errc::timeout);
+    CHECK_MESSAGE(std::string(e.what()).find("1 of 3 ranks attached") != std::string::npos,
+                  e.what());
+    CHECK_MESSAGE(std::string(e.what()).find("(missing: ranks 1, 2)") != std::string::npos,
+                  e.what());
+  }
+  CHECK_FALSE(gs::testbed::segment_exists(job3));
 }
 
 TEST_CASE("shm: the spin policy drops the long spin when waits outlast it, and probes again") {

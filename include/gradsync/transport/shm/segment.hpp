@@ -416,14 +416,16 @@ class shm_segment {
       if (until.expired()) {
         const std::uint32_t seen = std::min(attached.load(), n);
         std::string missing;  // the ranks that never attached, named
+        std::size_t absent = 0;
         for (std::size_t r = 0; r < n; ++r) {
           if (shared_word(ctl(r).state).load(std::memory_order_acquire) == rs_absent) {
             missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+            ++absent;
           }
         }
         fail(errc::timeout, "only " + std::to_string(seen) + " of " + std::to_string(n) +
-                                " ranks attached before the bootstrap deadline (missing: rank " +
-                                missing + ")");
+                                " ranks attached before the bootstrap deadline (missing: " +
+                                (absent == 1 ? "rank " : "ranks ") + missing + ")");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
