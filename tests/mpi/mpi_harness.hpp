@@ -167,20 +167,17 @@ int run_mpi_tests(const std::vector<std::string>& filters, const char* flavour);
 
 #define GS_MPI_CAT2(a, b) a##b
 #define GS_MPI_CAT(a, b) GS_MPI_CAT2(a, b)
-/// Defines a test case every rank runs; `watchdog_s` bounds its wall time.
-#define GS_MPI_TEST(name, watchdog_s)                                                \
+#define GS_MPI_CASE(name, watchdog_s, timing)                                        \
   static void GS_MPI_CAT(gs_mpi_case_, __LINE__)();                                  \
   static const ::gradsync::testbed::mpi_registrar GS_MPI_CAT(gs_mpi_reg_, __LINE__){ \
-      name, &GS_MPI_CAT(gs_mpi_case_, __LINE__), watchdog_s};                        \
+      name, &GS_MPI_CAT(gs_mpi_case_, __LINE__), watchdog_s, timing};                \
   static void GS_MPI_CAT(gs_mpi_case_, __LINE__)()
+/// Defines a test case every rank runs; `watchdog_s` bounds its wall time.
+#define GS_MPI_TEST(name, watchdog_s) GS_MPI_CASE(name, watchdog_s, false)
 /// A case whose wall time is mostly deliberate waits (deadlines running out, late ranks).
 /// A job run with GRADSYNC_TEST_TIMING=0 skips it: tests/mpi/meson.build says which rank
 /// counts run these cases (2, 3 and 6: direct and relayed waits alike).
-#define GS_MPI_TIMING_TEST(name, watchdog_s)                                         \
-  static void GS_MPI_CAT(gs_mpi_case_, __LINE__)();                                  \
-  static const ::gradsync::testbed::mpi_registrar GS_MPI_CAT(gs_mpi_reg_, __LINE__){ \
-      name, &GS_MPI_CAT(gs_mpi_case_, __LINE__), watchdog_s, true};                  \
-  static void GS_MPI_CAT(gs_mpi_case_, __LINE__)()
+#define GS_MPI_TIMING_TEST(name, watchdog_s) GS_MPI_CASE(name, watchdog_s, true)
 
 /// Records a failure (and goes on) unless cond holds; `info` is built only on failure.
 #define GS_CHECK_MSG(cond, info)                                                      \

@@ -588,38 +588,27 @@ TEST_CASE("shm: bootstrap errors are reported, and leave nothing in /dev/shm") {
   CHECK_THROWS_AS((void)gs::transport::shm::from_env(), gs::error);
   CHECK_THROWS_AS(gs::transport::shm(2, 2, "x"), gs::error);
 
-  // Rank 0 of 2 alone: times out during the bootstrap and removes the segment.
-  const std::string job = gs::testbed::unique_job("lonely");
-  try {
-    gs::transport::shm_options o;
-    o.size = 2;
-    o.job = job;
-    o.bootstrap_timeout = gs::seconds_d(0.3);
-    gs::transport::shm t(o);
-    FAIL("a group with a missing rank must not form");
-  } catch (const gs::error& e) {
-    CHECK(e.code() == gs::errc::timeout);
-    CHECK(std::string(e.what()).find("1 of 2 ranks attached") != std::string::npos);
-    CHECK(std::string(e.what()).find("(missing: rank 1)") != std::string::npos);
+  // Rank 0 alone in a group of 2, then of 3: it times out during the bootstrap, names
+  // every missing rank and removes the segment.
+  for (const auto& [size, missing] : {std::pair<std::size_t, const char*>{2, "(missing: rank 1)"},
+                                      {3, "(missing: ranks 1, 2)"}}) {
+    const std::string job = gs::testbed::unique_job(size == 2 ? "lonely2" : "lonely3");
+    try {
+      gs::transport::shm_options o;
+      o.size = size;
+      o.job = job;
+      o.bootstrap_timeout = gs::seconds_d(0.3);
+      gs::transport::shm t(o);
+      FAIL("a group with a missing rank must not form");
+    } catch (const gs::error& e) {
+      const std::string m = e.what();
+      CHECK(e.code() == gs::errc::timeout);
+      CHECK_MESSAGE(m.find("1 of " + std::to_string(size) + " ranks attached") != std::string::npos,
+                    m);
+      CHECK_MESSAGE(m.find(missing) != std::string::npos, m);
+    }
+    CHECK_FALSE(gs::testbed::segment_exists(job));
   }
-  CHECK_FALSE(gs::testbed::segment_exists(job));
-  // Rank 0 of 3 alone: both others named.
-  const std::string job3 = gs::testbed::unique_job("lonely3");
-  try {
-    gs::transport::shm_options o;
-    o.size = 3;
-    o.job = job3;
-    o.bootstrap_timeout = gs::seconds_d(0.3);
-    gs::transport::shm t(o);
-    FAIL("a group with missing ranks must not form");
-  } catch (const gs::error& e) {
-    CHECK(e.code() == gs::errc::timeout);
-    CHECK_MESSAGE(std::string(e.what()).find("1 of 3 ranks attached") != std::string::npos,
-                  e.what());
-    CHECK_MESSAGE(std::string(e.what()).find("(missing: ranks 1, 2)") != std::string::npos,
-                  e.what());
-  }
-  CHECK_FALSE(gs::testbed::segment_exists(job3));
 }
 
 TEST_CASE("shm: the spin policy drops the long spin when waits outlast it, and probes again") {
