@@ -28,3 +28,17 @@
 #define GRADSYNC_RESTRICT
 #define GRADSYNC_ALWAYS_INLINE inline
 #endif
+
+// Separate compilation (docs/build-time.md, "Separate compilation"). By default gradsync
+// is header-only: its functions that are not templates are `inline` and every
+// translation unit compiles them again. A program that defines
+// GRADSYNC_SEPARATE_COMPILATION in every translation unit gets them declared only, and
+// compiles them once in one source file that includes <gradsync/src.hpp> (and
+// <gradsync/src_mpi.hpp> when it uses transport::mpi).
+#if defined(GRADSYNC_SEPARATE_COMPILATION)
+#define GRADSYNC_HEADER_ONLY 0
+#define GRADSYNC_DECL
+#else
+#define GRADSYNC_HEADER_ONLY 1
+#define GRADSYNC_DECL inline
+#endif

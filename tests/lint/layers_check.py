@@ -21,7 +21,7 @@ LAYERS = [
     ('detail', 'allreduce.hpp', 'allgather.hpp', 'broadcast.hpp', 'reduce_scatter.hpp',
      'allreducer_options.hpp', 'process_set.hpp'),
     ('allreducer.hpp',),
-    ('gradsync.hpp',),
+    ('gradsync.hpp', 'src.hpp', 'src_mpi.hpp'),
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 # Deprecated folders: their headers only forward.

@@ -16,6 +16,6 @@ while IFS= read -r f; do
     echo "missing SPDX line: $f"
     missing=$((missing + 1))
   fi
-done < <(git ls-files '*.hpp' '*.cpp' '*.cu' '*.cuh' '*.h')
+done < <(git ls-files '*.hpp' '*.ipp' '*.cpp' '*.cu' '*.cuh' '*.h')
 echo "$((n - missing)) of $n sources carry the SPDX line"
 [ "$missing" -eq 0 ]

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "gradsync/config.hpp"
+
 namespace gradsync {
 
 /// What kind of failure an error reports.
@@ -77,33 +79,15 @@ class error : public std::runtime_error {
   const error_site& site() const noexcept { return site_; }
 
  private:
-  static std::string format(errc code, const error_site& s, const std::string& detail) {
-    std::string m = "gradsync ";
-    m += errc_name(code);
-    if (s.rank != error_site::npos) m += " on rank " + std::to_string(s.rank);
-    if (s.peer != error_site::npos) m += " (peer " + std::to_string(s.peer) + ")";
-    if (s.seq != ~std::uint64_t{0}) m += " in op #" + std::to_string(s.seq);
-    std::string extra;  // [hosts; sub-group ranks]
-    if (!s.host.empty() || !s.peer_host.empty()) {
-      extra = "rank " + std::to_string(s.rank) + " on " + (s.host.empty() ? "?" : s.host);
-      if (s.peer != error_site::npos) {
-        extra +=
-            ", peer " + std::to_string(s.peer) + " on " + (s.peer_host.empty() ? "?" : s.peer_host);
-      }
-    }
-    if (s.group_size != error_site::npos) {
-      extra += (extra.empty() ? "" : "; ") + std::string("in a sub-group of ") +
-               std::to_string(s.group_size) + " as rank " + std::to_string(s.group_rank);
-      if (s.group_peer != error_site::npos) extra += ", peer " + std::to_string(s.group_peer);
-    }
-    if (!extra.empty()) m += " [" + extra + "]";
-    m += ": ";
-    m += detail;
-    return m;
-  }
+  GRADSYNC_DECL static std::string format(errc code, const error_site& s,
+                                          const std::string& detail);
 
   errc code_;
   error_site site_;
 };
 
 }  // namespace gradsync
+
+#if GRADSYNC_HEADER_ONLY
+#include "gradsync/core/error.ipp"
+#endif
