@@ -4,14 +4,6 @@
 // order, so every rank issues its collectives in the same order as it queued them).
 #pragma once
 
-#if defined(__linux__)
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <cerrno>
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>

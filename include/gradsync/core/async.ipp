@@ -3,7 +3,45 @@
 // <gradsync/src.hpp> under GRADSYNC_SEPARATE_COMPILATION (config.hpp).
 #pragma once
 
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#endif
+
 #include "gradsync/core/async.hpp"
+
+namespace gradsync::detail {
+
+GRADSYNC_DECL void lower_this_thread_priority(int steps) {
+#if defined(__linux__)
+  if (steps <= 0) return;
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, tid);
+  if (now == -1 && errno != 0) return;
+  (void)::setpriority(PRIO_PROCESS, tid, std::min(now + steps, 19));
+#else
+  (void)steps;
+#endif
+}
+
+GRADSYNC_DECL int progress_nice_from_env(int fallback) {
+  const char* s = std::getenv("GRADSYNC_PROGRESS_NICE");
+  if (!s || !*s) return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < 0 || v > 19) {
+    throw error(
+        errc::invalid_argument, {},
+        std::string("GRADSYNC_PROGRESS_NICE must be an integer from 0 to 19, got '") + s + "'");
+  }
+  return static_cast<int>(v);
+}
+
+}  // namespace gradsync::detail
 
 namespace gradsync {
 
@@ -62,33 +100,3 @@ GRADSYNC_DECL void progress_thread::loop() {
 }
 
 }  // namespace gradsync
-
-namespace gradsync::detail {
-
-GRADSYNC_DECL void lower_this_thread_priority(int steps) {
-#if defined(__linux__)
-  if (steps <= 0) return;
-  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-  errno = 0;
-  const int now = ::getpriority(PRIO_PROCESS, tid);
-  if (now == -1 && errno != 0) return;
-  (void)::setpriority(PRIO_PROCESS, tid, std::min(now + steps, 19));
-#else
-  (void)steps;
-#endif
-}
-
-GRADSYNC_DECL int progress_nice_from_env(int fallback) {
-  const char* s = std::getenv("GRADSYNC_PROGRESS_NICE");
-  if (!s || !*s) return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(s, &end, 10);
-  if (end == s || *end != '\0' || v < 0 || v > 19) {
-    throw error(
-        errc::invalid_argument, {},
-        std::string("GRADSYNC_PROGRESS_NICE must be an integer from 0 to 19, got '") + s + "'");
-  }
-  return static_cast<int>(v);
-}
-
-}  // namespace gradsync::detail
