@@ -2,8 +2,8 @@
 // Separate compilation (config.hpp): include this header in exactly one source file of a
 // program built with GRADSYNC_SEPARATE_COMPILATION defined everywhere; that file then
 // holds gradsync's large functions that are not templates (every .ipp but
-// transport/mpi.ipp), and the other files only declare them. A program that uses transport::mpi
-// includes <gradsync/src_mpi.hpp> there too.
+// transport/mpi.ipp), and the other files only declare them. A program that uses
+// transport::mpi includes <gradsync/src_mpi.hpp> there too.
 #pragma once
 
 #include "gradsync/config.hpp"
