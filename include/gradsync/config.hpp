@@ -31,11 +31,11 @@
 
 // Separate compilation (docs/build-time.md, "Separate compilation"). By default gradsync
 // is header-only: the large functions that are not templates (those of the headers with
-// an .ipp beside them: the allreducer's core, transport::mpi, ...) are `inline`, and every
-// translation unit compiles them again. A program that defines
+// an .ipp beside them: the allreducer's core, transport::mpi and shm, ...) are `inline`,
+// and every translation unit compiles them again. A program that defines
 // GRADSYNC_SEPARATE_COMPILATION in every translation unit gets them declared only, and
 // compiles them once in one source file that includes <gradsync/src.hpp> (and
-// <gradsync/src_mpi.hpp> when it uses transport::mpi). The rest stays inline.
+// <gradsync/src_mpi.hpp> when it uses MPI). The rest stays inline.
 #if defined(GRADSYNC_SEPARATE_COMPILATION)
 #define GRADSYNC_HEADER_ONLY 0
 #define GRADSYNC_DECL

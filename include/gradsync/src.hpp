@@ -16,4 +16,7 @@
 #include "gradsync/check/consistency.ipp"
 #include "gradsync/core/async.ipp"
 #include "gradsync/core/error.ipp"
+#include "gradsync/core/stall.ipp"
+#include "gradsync/transport/shm.ipp"
+#include "gradsync/transport/shm/segment.ipp"
 #endif

@@ -44,6 +44,8 @@ if [ $# -gt 0 ]; then
   shift 4
   defined_once "$mpi_part" "$mpi_src" gradsync::transport::mpi::wait
   defined_once "$mpi_part" "$mpi_src" gradsync::transport::mpi::mpi
+  defined_once "$mpi_part" "$mpi_src" gradsync::transport::two_level_from_mpi
+  defined_once "$mpi_part" "$src" gradsync::transport::shm::wait
   out=$(timeout 120 "$mpirun" -n 2 "$@" "$mpi_exe" 2>&1)
   rc=$?
   echo "$out"

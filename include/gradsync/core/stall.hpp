@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gradsync/config.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/log.hpp"
@@ -79,54 +80,11 @@ class stall_watch {
 
   /// Logs the warning from `positions` (every peer of the group), naming those that have
   /// not entered this call. `me`: this rank as messages name it.
-  void warn(std::size_t log_rank, const std::string& me,
-            const std::vector<peer_position>& positions) const {
-    std::string late;
-    std::size_t n_late = 0;
-    for (const peer_position& p : positions) {
-      if (p.known && p.entered >= entered_) continue;
-      if (n_late++ < 16) {
-        late += (late.empty() ? "" : ", ") + p.name;
-        if (!p.known) {
-          late += " (not in a gradsync call: computing, or stuck outside gradsync)";
-        } else if (p.entered == 0) {
-          late += " (no call yet)";
-        } else {
-          late += " (still at op #" + std::to_string(p.entered - 1) + ")";
-        }
-      }
-    }
-    if (n_late > 16) late += ", and " + std::to_string(n_late - 16) + " more";
-    std::string held;  // in the call, but waiting for a rank of their own node
-    for (const peer_position& p : positions) {
-      if (!p.known || p.entered < entered_ || p.blocked_on == 0) continue;
-      held += (held.empty() ? "" : ", ") + p.name + " for rank " + std::to_string(p.blocked_on - 1);
-    }
-    if (!held.empty()) held = "; waiting inside their node: " + held;
-    const double waited = std::chrono::duration<double>(clock::now() - start_).count();
-    const std::string what = describe();
-    if (n_late == 0) {
-      log(log_level::warn, log_rank,
-          "stall: %s has waited %.1f s in op #%llu (%s); every rank has entered it%s", me.c_str(),
-          waited, static_cast<unsigned long long>(seq_), what.c_str(),
-          held.empty() ? ", so one of them is slow inside it" : held.c_str());
-    } else {
-      log(log_level::warn, log_rank,
-          "stall: %s has waited %.1f s in op #%llu (%s); not yet entered by %s%s", me.c_str(),
-          waited, static_cast<unsigned long long>(seq_), what.c_str(), late.c_str(), held.c_str());
-    }
-  }
+  GRADSYNC_DECL void warn(std::size_t log_rank, const std::string& me,
+                          const std::vector<peer_position>& positions) const;
 
  private:
-  std::string describe() const {
-    std::string s = std::string(note_.kind);
-    if (!note_.algorithm.empty()) s += " " + std::string(note_.algorithm);
-    s += " of " + std::to_string(note_.count) + " " + std::string(dtype_name(note_.type)) + " (" +
-         std::to_string(note_.count * dtype_size(note_.type)) + " bytes), op " +
-         std::string(op_name(note_.op));
-    if (!note_.label.empty()) s += ", " + std::string(note_.label);
-    return s;
-  }
+  GRADSYNC_DECL std::string describe() const;
 
   seconds_d warn_;
   std::uint64_t seq_ = 0, entered_ = 0;
@@ -143,3 +101,7 @@ void enter_call(Tr& t, std::uint64_t seq, const call_note& note) {
 }  // namespace detail
 
 }  // namespace gradsync
+
+#if GRADSYNC_HEADER_ONLY
+#include "gradsync/core/stall.ipp"
+#endif

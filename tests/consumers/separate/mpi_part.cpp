@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The MPI translation unit of the separately compiled test program (check_separate.sh):
-// the composition of bench/build_time/user_tu.cpp, and a mismatch caught by the
-// consistency check, with transport::mpi's functions in another object.
+// the composition of bench/build_time/user_tu.cpp, a two-level allreducer (shm inside the
+// node, mpi across), and a mismatch caught by the consistency check, with the transports'
+// functions in other objects.
 #include <mpi.h>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include <gradsync/gradsync.hpp>
 #include <gradsync/transport/mpi.hpp>
+#include <gradsync/transport/two_level_mpi.hpp>
 
 #include "parts.hpp"
 
@@ -32,6 +34,15 @@ int mpi_part() {
     for (std::size_t i = 0; i < grad.size(); ++i)
       bad += grad[i] != static_cast<float>(n * (n + 1) / 2 + n * (i % 8));
   }
+  {
+    auto tl = gs::transport::two_level_from_mpi(MPI_COMM_WORLD);
+    gs::allreducer<decltype(tl), gs::algo::hierarchical<gs::algo::ring>> sync{tl};
+    std::vector<double> w(5000);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<double>(t.rank() * i);
+    sync.allreduce(std::span<double>(w), gs::op::sum);  // sum of r * i over ranks r
+    for (std::size_t i = 0; i < w.size(); ++i)
+      bad += w[i] != static_cast<double>(n * (n - 1) / 2 * i);
+  }
   // Ranks disagree on the count: every rank raises errc::mismatch naming the count.
   std::vector<double> v(10 + t.rank(), 1.0);
   try {
@@ -45,7 +56,7 @@ int mpi_part() {
     }
   }
   if (n == 1) bad += v[0] != 1.0;  // one rank: nothing to disagree with
-  std::printf("mpi part (rank %zu of %zu): bf16 allreducer and count mismatch %s\n", t.rank(), n,
-              bad ? "WRONG" : "ok");
+  std::printf("mpi part (rank %zu of %zu): bf16 and two-level allreducers, count mismatch %s\n",
+              t.rank(), n, bad ? "WRONG" : "ok");
   return bad;
 }

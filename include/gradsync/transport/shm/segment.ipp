@@ -1,0 +1,267 @@
+// SPDX-License-Identifier: Apache-2.0
+// The functions segment.hpp declares: inline in a header-only build, compiled once by
+// <gradsync/src.hpp> under GRADSYNC_SEPARATE_COMPILATION (config.hpp).
+#pragma once
+
+#include "gradsync/transport/shm/segment.hpp"
+
+namespace gradsync::transport::detail {
+
+GRADSYNC_DECL bool read_proc_stat(int pid, std::uint64_t& start, char& state) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return false;
+  char buf[1024];
+  const std::size_t got = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[got] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may contain spaces
+  if (!p) return false;
+  p += 2;
+  state = *p;
+  for (int field = 3; field < 22 && *p; ++p) {
+    if (*p == ' ') ++field;
+  }
+  start = std::strtoull(p, nullptr, 10);
+  return true;
+}
+
+GRADSYNC_DECL bool process_alive(int pid, std::uint64_t start) {
+  if (pid <= 0) return true;  // not attached yet: nothing to judge
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::uint64_t now_start = 0;
+  char st = '?';
+  if (!read_proc_stat(pid, now_start, st)) return true;  // no /proc: trust kill()
+  if (st == 'Z' || st == 'X') return false;
+  return start == 0 || now_start == start;
+}
+
+GRADSYNC_DECL std::string segment_name(std::string_view job) {
+  std::string name = "/gradsync-" + std::to_string(::geteuid()) + "-";
+  for (char c : job.substr(0, 200)) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    name += ok ? c : '_';
+  }
+  return name;
+}
+
+GRADSYNC_DECL shm_segment::shm_segment(std::size_t rank, const shm_geometry& geo,
+                                       std::string_view job, deadline until)
+    : layout_(geo), name_(segment_name(job)), rank_(rank) {
+  try {
+    if (rank == 0) {
+      create();
+    } else {
+      attach(until);
+    }
+    announce(until);
+  } catch (...) {
+    if (base_) ::munmap(base_, layout_.total);
+    ::shm_unlink(name_.c_str());  // a failed bootstrap must not leave the name behind
+    throw;
+  }
+}
+
+GRADSYNC_DECL shm_segment::~shm_segment() {
+  if (base_) ::munmap(base_, layout_.total);
+}
+
+GRADSYNC_DECL std::string shm_segment::describe(const shm_geometry& g) {
+  return std::to_string(g.ranks) + " ranks (slot " + std::to_string(g.slot_bytes) + ", ring " +
+         std::to_string(g.ring_bytes) + ", exchange " + std::to_string(g.exchange_bytes) +
+         ", heap " + std::to_string(g.heap_bytes) + " bytes)";
+}
+
+GRADSYNC_DECL void shm_segment::fail(errc code, const std::string& what) const {
+  throw error(code, {rank_, error_site::npos, ~std::uint64_t{0}},
+              "shm segment " + name_ + ": " + what);
+}
+
+GRADSYNC_DECL void shm_segment::fail_errno(const char* call) const {
+  fail(errc::transport, std::string(call) + " failed: " + std::strerror(errno));
+}
+
+GRADSYNC_DECL void shm_segment::map(int fd, std::size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p != MAP_FAILED && layout_.heap_off > 0) {
+    void* q = ::mmap(p, layout_.heap_off, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0);
+    if (q == MAP_FAILED) {
+      const int e = errno;
+      ::munmap(p, bytes);
+      errno = e;
+      p = MAP_FAILED;
+    }
+  }
+  if (p == MAP_FAILED) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    fail_errno("mmap");
+  }
+  base_ = static_cast<std::byte*>(p);
+}
+
+GRADSYNC_DECL void shm_segment::create() {
+  const int fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) {
+      fail(errc::transport,
+           "already exists: another job uses the same job id (GRADSYNC_SHM_JOB), or a job "
+           "with that id crashed before all its ranks attached; pick a new id or remove "
+           "/dev/shm" +
+               name_);
+    }
+    fail_errno("shm_open(O_CREAT|O_EXCL)");
+  }
+  // tmpfs allocates pages on first touch: a segment larger than the free space maps
+  // fine and then dies of SIGBUS. Refuse it here, by name (Docker's default /dev/shm
+  // is 64 MiB).
+  struct statvfs vs {};
+  if (::fstatvfs(fd, &vs) == 0 && vs.f_frsize > 0) {
+    const unsigned long long free_bytes =
+        static_cast<unsigned long long>(vs.f_bavail) * static_cast<unsigned long long>(vs.f_frsize);
+    if (free_bytes < layout_.total) {
+      ::close(fd);
+      fail(errc::transport, "needs " + std::to_string(layout_.total) + " bytes for " +
+                                describe(layout_.geo) + " but the shared-memory filesystem has " +
+                                std::to_string(free_bytes) +
+                                " bytes free; enlarge /dev/shm (e.g. docker --shm-size) or lower "
+                                "shm_options::exchange_bytes / heap_bytes");
+    }
+  }
+  if (::fchmod(fd, 0600) != 0 || ::ftruncate(fd, static_cast<off_t>(layout_.total)) != 0) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    fail_errno("ftruncate");
+  }
+  map(fd, layout_.total);
+  ::close(fd);
+  seg_header& h = header();
+  h.geo = layout_.geo;
+  h.total_bytes = layout_.total;
+  h.creator_pid = static_cast<std::uint32_t>(::getpid());
+  shared_word(h.magic).store(seg_header::magic_value, std::memory_order_release);
+}
+
+GRADSYNC_DECL void shm_segment::attach(deadline until) {
+  int fd = -1;
+  for (;;) {  // rank 0 may not have created (or sized, or initialized) it yet
+    if (fd < 0) fd = ::shm_open(name_.c_str(), O_RDWR, 0);
+    if (fd < 0 && errno != ENOENT) fail_errno("shm_open");
+    if (fd >= 0) {
+      struct stat st {};
+      if (::fstat(fd, &st) != 0) fail_errno("fstat");
+      if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+        ::close(fd);
+        fail(errc::transport, "is not private to this user (owner or mode differ from 0600)");
+      }
+      if (static_cast<std::size_t>(st.st_size) >= page_bytes && header_ready(fd)) {
+        // Rank 0 finished its layout: compare its sizes before mapping them all.
+        if (static_cast<std::size_t>(st.st_size) >= layout_.total) {
+          map(fd, layout_.total);
+          ::close(fd);
+          break;
+        }
+        ::close(fd);
+        fail(errc::mismatch, "rank 0 created it for a different layout (" +
+                                 std::to_string(st.st_size) + " bytes, this rank expects " +
+                                 std::to_string(layout_.total) + ")");
+      }
+    }
+    if (until.expired()) {
+      if (fd >= 0) ::close(fd);
+      fail(errc::timeout,
+           "rank 0 did not create the segment before the bootstrap deadline "
+           "(is rank 0 running with the same GRADSYNC_SHM_JOB and size?)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  check_geometry(header().geo);
+}
+
+GRADSYNC_DECL bool shm_segment::header_ready(int fd) {
+  void* p = ::mmap(nullptr, page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return false;
+  auto* h = static_cast<seg_header*>(p);
+  const bool ready =
+      shared_word(h->magic).load(std::memory_order_acquire) == seg_header::magic_value;
+  const shm_geometry g = h->geo;
+  const bool differs = ready && !same_geometry(g);
+  if (differs) refuse(*h);
+  ::munmap(p, page_bytes);
+  if (differs) {
+    ::close(fd);
+    check_geometry(g);  // throws the mismatch
+  }
+  return ready;
+}
+
+GRADSYNC_DECL bool shm_segment::same_geometry(const shm_geometry& g) const {
+  return g.ranks == layout_.geo.ranks && g.slot_bytes == layout_.geo.slot_bytes &&
+         g.ring_bytes == layout_.geo.ring_bytes && g.exchange_bytes == layout_.geo.exchange_bytes &&
+         g.heap_bytes == layout_.geo.heap_bytes;
+}
+
+GRADSYNC_DECL void shm_segment::refuse(seg_header& h) const noexcept {
+  std::uint32_t none = 0;
+  if (shared_word(h.refused_by)
+          .compare_exchange_strong(none, static_cast<std::uint32_t>(rank_ + 1),
+                                   std::memory_order_acq_rel)) {
+    h.refused_geo = layout_.geo;
+    shared_word(h.refused_ready).store(1u, std::memory_order_release);
+  }
+}
+
+GRADSYNC_DECL void shm_segment::check_geometry(const shm_geometry& g) const {
+  if (!same_geometry(g)) {
+    fail(errc::mismatch, "rank 0 created it for " + describe(g) + " but this rank expects " +
+                             describe(layout_.geo) +
+                             " (every rank must pass the same shm_options sizes)");
+  }
+}
+
+GRADSYNC_DECL void shm_segment::announce(deadline until) {
+  rank_ctl& c = ctl(rank_);
+  std::uint64_t start = 0;
+  char st = '?';
+  read_proc_stat(::getpid(), start, st);
+  c.start_time = start;
+  shared_word(c.pid).store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
+  shared_word(c.state).store(rs_attached, std::memory_order_release);
+  const std::uint32_t n = static_cast<std::uint32_t>(layout_.geo.ranks);
+  auto attached = shared_word(header().attached);
+  if (attached.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
+    ::shm_unlink(name_.c_str());
+    attached.fetch_add(1, std::memory_order_acq_rel);  // n + 1: attached and unlinked
+  }
+  while (attached.load(std::memory_order_acquire) <= n) {
+    seg_header& h = header();
+    if (shared_word(h.refused_ready).load(std::memory_order_acquire) != 0) {
+      fail(errc::mismatch, "rank " + std::to_string(h.refused_by - 1) + " expects " +
+                               describe(h.refused_geo) + " but rank 0 created it for " +
+                               describe(h.geo) +
+                               " (every rank must pass the same shm_options sizes)");
+    }
+    if (until.expired()) {
+      const std::uint32_t seen = std::min(attached.load(), n);
+      std::string missing;  // the ranks that never attached, named
+      std::size_t absent = 0;
+      for (std::size_t r = 0; r < n; ++r) {
+        if (shared_word(ctl(r).state).load(std::memory_order_acquire) == rs_absent) {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          ++absent;
+        }
+      }
+      fail(errc::timeout, "only " + std::to_string(seen) + " of " + std::to_string(n) +
+                              " ranks attached before the bootstrap deadline (missing: " +
+                              (absent == 1 ? "rank " : "ranks ") + missing + ")");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+}  // namespace gradsync::transport::detail
