@@ -50,6 +50,7 @@ sep=$(grep -c '^sep ' "$out/jobs")
 fwd=$((total - $(wc -l <"$out/list")))
 export out
 # Each header: one line "ok H" or "FAIL H" followed by the compiler's first lines.
+# shellcheck disable=SC2016  # the inner script expands its own variables
 xargs -P 2 -I{} sh -c 'set -- {} "$@"; d=""; if [ "$1" = sep ]; then
     d=-DGRADSYNC_SEPARATE_COMPILATION; shift; fi; h=$1; shift; log=$out/$(echo "$h$d" | tr / _).log
   if printf "#include <%s>\n" "$h" | "$@" $d -x c++ - -o /dev/null >"$log" 2>&1; then
