@@ -19,7 +19,7 @@ defined_once() {
     echo "FAIL: $(basename "$1") does not reference $sym as undefined (compiled inline?)"
     grep -F "$sym(" <<<"$user" | head -3
     fail=1
-  elif grep -Eq " [TW] $(printf '%s' "$sym" | sed 's/[][\.*^$]/\\&/g')\(" <<<"$user"; then
+  elif grep -Fq " T $sym(" <<<"$user" || grep -Fq " W $sym(" <<<"$user"; then
     echo "FAIL: $(basename "$1") defines $sym"
     fail=1
   elif ! grep -Fq " T $sym(" <<<"$def"; then
