@@ -26,7 +26,9 @@ inline int finish(const char* name) {
 }
 
 // Device buffer helpers: a copy of h in fresh device memory (at least one element, so
-// that an empty vector still gets a valid pointer), and n elements copied back.
+// that an empty vector still gets a valid pointer), and n elements copied back. A plain
+// cudaMemcpy, as a user would write it: the transports' streams must order it (docs/cuda.md,
+// "Ordering with your work").
 template <class T>
 T* to_device(const std::vector<T>& h) {
   T* d = nullptr;

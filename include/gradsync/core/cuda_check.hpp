@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// CUDA runtime errors as gradsync errors, and the "is there a usable GPU" probe that CUDA
-// tests use to exit 77 (skipped) instead of failing on a machine without one.
+// CUDA runtime errors as gradsync errors, the "is there a usable GPU" probe that CUDA
+// tests use to exit 77 (skipped) instead of failing on a machine without one, and the
+// stream a device transport creates for itself.
 // Host code: needs only <cuda_runtime_api.h> and libcudart, not nvcc.
 #pragma once
 
@@ -44,6 +45,16 @@ inline int sm_count() {
     return 132;  // an H200's count: a sane grid even if the query fails
   }
   return sms;
+}
+
+/// The stream a device transport creates for itself: a blocking one, so that work the
+/// caller left on the legacy default stream runs before the collective and later
+/// default-stream work after it. A plain cudaMemcpy from pageable memory can return before
+/// its data lands; a non-blocking stream read stale inputs on an H200 (docs/cuda.md).
+inline cudaStream_t create_transport_stream(const char* file, int line) {
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamDefault), "cudaStreamCreateWithFlags", file, line);
+  return s;
 }
 
 }  // namespace gradsync::cuda

@@ -80,7 +80,7 @@ class cuda_ipc {
                       " ranks and a staging buffer of at least 256 bytes");
     }
     GRADSYNC_CUDA_CHECK(cudaSetDevice(device_));
-    GRADSYNC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    stream_ = cuda::create_transport_stream(__FILE__, __LINE__);
     GRADSYNC_CUDA_CHECK(cudaMalloc(&region_, flag_region + 2 * half_));
     GRADSYNC_CUDA_CHECK(cudaMemset(region_, 0, flag_region));
     GRADSYNC_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&status_), sizeof(int)));

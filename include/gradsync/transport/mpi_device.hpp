@@ -76,7 +76,7 @@ class mpi_device {
   mpi_device(mpi& host, int device, bool cuda_aware = mpi_is_cuda_aware())
       : host_(host), device_(device), cuda_aware_(cuda_aware) {
     GRADSYNC_CUDA_CHECK(cudaSetDevice(device_));
-    GRADSYNC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    stream_ = cuda::create_transport_stream(__FILE__, __LINE__);
     if (!cuda_aware_) {
       mpi::require_thread_level(MPI_THREAD_MULTIPLE);
       worker_ = std::thread([this] { work(); });

@@ -120,7 +120,7 @@ class nccl {
   };
 
   /// Adopts `comm` (a non-blocking communicator from a bootstrap) on `device`. With no
-  /// stream given, the transport creates its own non-blocking stream.
+  /// stream given, the transport creates its own (cuda::create_transport_stream).
   nccl(ncclComm_t comm, int device, cudaStream_t stream = nullptr) : comm_(comm), device_(device) {
     int r = 0, n = 0;
     check(ncclCommUserRank(comm_, &r), "ncclCommUserRank");
@@ -131,7 +131,7 @@ class nccl {
     if (stream) {
       stream_ = stream;
     } else {
-      GRADSYNC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      stream_ = cuda::create_transport_stream(__FILE__, __LINE__);
       own_stream_ = true;
     }
   }
