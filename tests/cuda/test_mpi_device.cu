@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
       const char* path = aware ? "CUDA-aware" : "staged";
       gpu_test::collectives<float>(t, (1 << 20) + 3, "float", path);
       gpu_test::collectives<gs::bfloat16>(t, 1001, "bf16", path);
+      if (rank == 0) std::printf("test_mpi_device: %s path checked\n", path);
     }
   } catch (const std::exception& e) {
     std::printf("rank %d: exception: %s\n", rank, e.what());
