@@ -4,7 +4,8 @@
 // native run on 2 ranks, bitwise identical across ranks, and a rank that never joins a
 // collective makes synchronize() time out and abort. broadcast, allgather and
 // reduce_scatter on device memory (ncclBroadcast, ncclAllGather, ncclReduceScatter) are
-// exact on 1 and 2 ranks; split() (ncclCommSplit) with reversed keys renumbers the ranks.
+// exact on 1 and 2 ranks; split() (ncclCommSplit) with reversed keys renumbers the ranks
+// (on one GPU: a one-rank split).
 // Exits 77 without a GPU.
 #include <cuda_runtime.h>
 
@@ -105,6 +106,13 @@ void one_rank() {
   check_exact<gs::algo::native, std::int64_t>(t, 1000, gs::op::max, "native int64 max");
   check_exact<gs::algo::nccl_ring, float>(t, 12345, gs::op::avg, "nccl_ring float avg");
   other_collectives(t, 100003);
+  {  // ncclCommSplit on one GPU: NCCL refuses two ranks on one device, so one rank
+    gs::transport::nccl sub = t.split(3, 7, gs::deadline::after(gs::seconds_d{60}));
+    GPU_CHECK(sub.size() == 1 && sub.rank() == 0, "one-rank split: rank %zu of %zu", sub.rank(),
+              sub.size());
+    check_exact<gs::algo::native, float>(sub, 4099, gs::op::sum, "native on the one-rank split");
+    other_collectives(sub, 1001);
+  }
 }
 
 // Two ranks as threads of this process; returns false if NCCL refused the setup.
