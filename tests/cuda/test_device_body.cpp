@@ -180,6 +180,33 @@ TEST_CASE("float -> half / bfloat16 casts round like CUDA's own conversions, bit
   CHECK(gs::bfloat16(std::numeric_limits<float>::quiet_NaN()).bits == 0x7fffu);
 }
 
+TEST_CASE("bfloat16 -> float cast: every element once, at any length, offset and thread count") {
+  // The widening cast takes two 16-byte groups per thread step; lengths around the
+  // step's edges leave a partial last step.
+  for (std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{9}, std::size_t{8 * 37 * 2 - 5},
+                        std::size_t{8 * 37 * 2 + 8}, std::size_t{12345}}) {
+    for (std::size_t off : {std::size_t{0}, std::size_t{3}}) {
+      for (std::size_t nt : {std::size_t{1}, std::size_t{37}, std::size_t{256}}) {
+        padded<gs::bfloat16> src(n);
+        padded<float> dst(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          src.at(off)[i] = gs::bfloat16(static_cast<float>(i % 251) - 125.0f);
+          dst.at(off)[i] = -1000.0f;
+        }
+        run_threads(nt, [&](std::size_t t, std::size_t cnt) {
+          body::cast<gs::bfloat16, float>(dst.at(off), src.at(off), n, t, cnt);
+        });
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          bad += dst.at(off)[i] != static_cast<float>(i % 251) - 125.0f;
+        }
+        INFO("n " << n << " offset " << off << " threads " << nt);
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("half / bfloat16 -> float casts equal CUDA's for all 65536 patterns") {
   std::vector<gs::half> h(0x10000);
   std::vector<gs::bfloat16> b(0x10000);
