@@ -181,8 +181,8 @@ TEST_CASE("float -> half / bfloat16 casts round like CUDA's own conversions, bit
 }
 
 TEST_CASE("bfloat16 -> float cast: every element once, at any length, offset and thread count") {
-  // The widening cast takes two 16-byte groups per thread step; lengths around the
-  // step's edges leave a partial last step.
+  // Lengths around a grid-stride step's edges (37 threads x 8 elements) and a
+  // misaligned start: head, vectors and tail each written once.
   for (std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{9}, std::size_t{8 * 37 * 2 - 5},
                         std::size_t{8 * 37 * 2 + 8}, std::size_t{12345}}) {
     for (std::size_t off : {std::size_t{0}, std::size_t{3}}) {

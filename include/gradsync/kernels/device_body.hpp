@@ -147,24 +147,12 @@ GRADSYNC_HOST_DEVICE inline void cast(To* dst, const From* src, std::size_t n, s
   for (std::size_t i = t; i < s.head; i += nt) dst[i] = f(src[i]);
   To* vd = dst + s.head;
   const From* vs = src + s.head;
-  // A widening cast has one 16-byte load per group; take two groups per step, both loaded
-  // before any store (the stores may alias the next load), or too few reads are in flight.
-  constexpr std::size_t U = in16 == 1 ? 2 : 1;
-  for (std::size_t v0 = t; v0 < s.vecs; v0 += nt * U) {
-    From a[U][in16][WF];
-    for (std::size_t u = 0; u < U; ++u) {
-      const std::size_t v = v0 + u * nt;
-      if (v < s.vecs) {
-        for (std::size_t j = 0; j < in16; ++j) load16(a[u][j], vs + v * W + j * WF);
-      }
-    }
-    for (std::size_t u = 0; u < U; ++u) {
-      const std::size_t v = v0 + u * nt;
-      if (v >= s.vecs) break;
-      To b[out16][WT];
-      for (std::size_t k = 0; k < W; ++k) b[k / WT][k % WT] = f(a[u][k / WF][k % WF]);
-      for (std::size_t j = 0; j < out16; ++j) store16(vd + v * W + j * WT, b[j]);
-    }
+  for (std::size_t v = t; v < s.vecs; v += nt) {
+    From a[in16][WF];
+    To b[out16][WT];
+    for (std::size_t j = 0; j < in16; ++j) load16(a[j], vs + v * W + j * WF);
+    for (std::size_t k = 0; k < W; ++k) b[k / WT][k % WT] = f(a[k / WF][k % WF]);
+    for (std::size_t j = 0; j < out16; ++j) store16(vd + v * W + j * WT, b[j]);
   }
   for (std::size_t i = s.head + s.vecs * W + t; i < n; i += nt) dst[i] = f(src[i]);
 }
