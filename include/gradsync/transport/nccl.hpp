@@ -242,8 +242,17 @@ class nccl {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclComm_t c = nullptr;
-    const ncclResult_t r = ncclCommSplit(comm_, color, key, &c, &cfg);
-    if (r != ncclSuccess && r != ncclInProgress) check(r, "ncclCommSplit");
+    check(ncclCommSplit(comm_, color, key, &c, &cfg), "ncclCommSplit");
+    // The split is an operation of the parent: on a non-blocking parent the new handle
+    // stays null until the parent leaves ncclInProgress (polling the null handle crashed
+    // on an H200, 2026-12-04).
+    const std::string what =
+        "ncclCommSplit (are all " + std::to_string(size_) + " ranks calling split?)";
+    progress(d, what.c_str(), ~0ull);
+    if (c == nullptr) {
+      throw error(errc::transport, {rank_, error_site::npos, ~0ull},
+                  "ncclCommSplit completed without a new communicator");
+    }
     nccl_detail::wait_ready(c, d, rank_, "ncclCommSplit",
                             "are all " + std::to_string(size_) + " ranks calling split?");
     return nccl(c, device_);
