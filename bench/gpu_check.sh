@@ -116,6 +116,7 @@ build() {  # name source extra-flags...
 }
 {
   build test_device_kernels tests/cuda/test_device_kernels.cu &
+  build test_compress_kernels tests/cuda/test_compress_kernels.cu &
   build test_cuda_ipc tests/cuda/test_cuda_ipc.cu &
   if [ -n "$nccl_lib" ]; then
     build test_nccl tests/cuda/test_nccl.cu "${NCCL_FLAGS[@]}" &
@@ -168,6 +169,7 @@ run_bench() {  # label timeout args...
   while IFS= read -r line; do summary+=("$line"); done <"$BUILD/bench.out"
 }
 run_test test_device_kernels 120
+run_test test_compress_kernels 120
 run_test test_cuda_ipc 120
 [ -n "$nccl_lib" ] && run_test test_nccl 120
 if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi_device" ] && [ "$(cap 120)" -eq 0 ]; then
