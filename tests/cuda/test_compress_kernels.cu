@@ -51,7 +51,7 @@ template <class T>
 bool same(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && first_diff(a, b) == a.size();
 }
-#define SAME(a, b, ...)                                                                     \
+#define SAME(a, b, ...)                                                                      \
   GPU_CHECK(same(a, b), "%s: first difference at %zu of %zu", __VA_ARGS__, first_diff(a, b), \
             (a).size())
 
@@ -71,7 +71,7 @@ std::vector<T> values(std::size_t n, unsigned seed, bool coarse) {
 template <class T>
 void int8_case(std::size_t n, std::size_t block, int levels) {
   std::vector<T> x = values<T>(n, 7, false);
-  for (std::size_t i = 0; i < block && i < n; ++i) x[i] = T(0);  // block 0: all zero
+  for (std::size_t i = 0; i < block && i < n; ++i) x[i] = T(0);               // block 0: all zero
   if (n > 3 * block) x[2 * block + 5] = std::numeric_limits<T>::quiet_NaN();  // block 2: NaN
   const std::size_t nb = (n + block - 1) / block;
   std::vector<float> hs(nb);
