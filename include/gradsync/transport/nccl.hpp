@@ -231,7 +231,8 @@ class nccl {
   /// The ranks that pass the same `color` (>= 0) form a new transport::nccl on this
   /// device, over a non-blocking communicator from ncclCommSplit (ordered by key, then
   /// rank; collective over this transport, within `d`), with a stream of its own. This
-  /// transport stays usable alongside it.
+  /// transport stays usable alongside it, unless the split misses `d` (a rank not calling
+  /// it): then NCCL leaves this communicator mid-split, so it is aborted (errc::timeout).
   nccl split(int color, int key, deadline d = deadline::after(default_timeout())) {
     if (color < 0) {
       throw error(errc::invalid_argument, {rank_, error_site::npos, ~0ull},
@@ -246,15 +247,13 @@ class nccl {
     // The split is an operation of the parent: on a non-blocking parent the new handle
     // stays null until the parent leaves ncclInProgress (polling the null handle crashed
     // on an H200, 2026-12-04).
-    const std::string what =
-        "ncclCommSplit (are all " + std::to_string(size_) + " ranks calling split?)";
-    progress(d, what.c_str(), ~0ull);
+    const std::string hint = "are all " + std::to_string(size_) + " ranks calling split?";
+    progress(d, ("ncclCommSplit (" + hint + ")").c_str(), ~0ull);
     if (c == nullptr) {
       throw error(errc::transport, {rank_, error_site::npos, ~0ull},
                   "ncclCommSplit completed without a new communicator");
     }
-    nccl_detail::wait_ready(c, d, rank_, "ncclCommSplit",
-                            "are all " + std::to_string(size_) + " ranks calling split?");
+    nccl_detail::wait_ready(c, d, rank_, "ncclCommSplit", hint);
     return nccl(c, device_);
   }
 
