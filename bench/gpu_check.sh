@@ -16,7 +16,7 @@
 # run carries: docs/cuda.md), GPU_DEPS (default ./.gpu_deps: what a bare GPU machine may
 # lack, carried with the run: an Open MPI wheel, zlib headers; docs/cuda.md),
 # GPU_CHECK_BUDGET (seconds, default 470: each step's timeout is cut to what is left, so a
-# hang costs the steps after it, never the report).
+# hang costs the steps after it, never the report), GRADSYNC_COMMIT (the commit to print).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -37,7 +37,9 @@ elapsed() { echo $(( $(date +%s) - START )); }
 # cap T: a step's timeout cut to the budget left; 0 when under 10 s are left.
 cap() { local left=$(( BUDGET - $(elapsed) )); [ "$left" -lt 10 ] && left=0; echo $(( $1 < left ? $1 : left )); }
 
-say "== gradsync gpu_check $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+# GRADSYNC_COMMIT names the tree where .git cannot (a copy of the tree whose .git is older).
+COMMIT=${GRADSYNC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}
+say "== gradsync gpu_check $(date -u +%FT%TZ) commit $COMMIT"
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
 
 # ---- toolchain -------------------------------------------------------------------------
@@ -258,7 +260,7 @@ awk '/^(reduce_into float sum|reduce_into bf16 sum|cast float->bf16|cast float->
 while IFS= read -r line; do summary+=("$line"); say "$line"; done <"$BUILD/targets.txt"
 
 {
-  echo "gradsync gpu_check — $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "gradsync gpu_check — $(date -u +%FT%TZ), commit $COMMIT"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
   echo "total time: $(elapsed) s"
   printf '%s\n' "${summary[@]}"
