@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <gradsync/core/dtype.hpp>
 #include <gradsync/kernels/lowrank.cuh>
 #include <gradsync/kernels/lowrank.hpp>
 #include <gradsync/kernels/quantize.cuh>
@@ -39,6 +40,10 @@ bool same_element(T a, T b) {
     if (std::isnan(a) && std::isnan(b)) return true;
   }
   return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+template <class T>
+const char* type_name() {
+  return gradsync::dtype_name(gradsync::dtype_of<T>::value).data();  // a literal: 0-terminated
 }
 template <class T>
 std::size_t first_diff(const std::vector<T>& a, const std::vector<T>& b) {
@@ -90,7 +95,7 @@ void int8_case(std::size_t n, std::size_t block, int levels) {
   dev::quantize_blocks(dc, dr, dx, ds, n, block, levels, nullptr);
   dev::dequantize_blocks(dx, dc, ds, n, block, levels, 4, nullptr);
   GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
-  const char* t = sizeof(T) == 4 ? "float" : "double";
+  const char* t = type_name<T>();
   SAME(gpu_test::to_host(ds, nb), hs, "int8 block scales");
   SAME(gpu_test::to_host(dc, n), hc, "int8 codes");
   SAME(gpu_test::to_host(dr, n), hr, "int8 residual");
@@ -129,23 +134,21 @@ void topk_case(std::size_t n, std::size_t k, bool coarse, bool with_add) {
   T* dadd = gpu_test::to_device(add);
   std::uint32_t* di = gpu_test::to_device(std::vector<std::uint32_t>(k));
   T* dv = gpu_test::to_device(std::vector<T>(k));
-  T* dres = nullptr;
   T* dsum = gpu_test::to_device(std::vector<T>(n, T(0)));
-  std::uint32_t* dmirror = nullptr;
   dev::topk_buffers<T> buf;
   dev::topk_indices(di, dx, n, k, buf, with_add ? dadd : nullptr, nullptr);
   GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<std::uint32_t> got_i = gpu_test::to_host(di, k);
   const std::vector<T> got_x = gpu_test::to_host(dx, n);
-  dres = gpu_test::to_device(got_x);
+  T* dres = gpu_test::to_device(got_x);
   dev::topk_gather(dv, dres, dx, di, k, scale, nullptr);
-  dmirror = gpu_test::to_device(mirror);
+  std::uint32_t* dmirror = gpu_test::to_device(mirror);
   dev::topk_scatter_add(dsum, dv, di, k, nullptr);
   dev::topk_scatter_add(dsum, dv, dmirror, k, nullptr);
   GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
   char what[96];
-  std::snprintf(what, sizeof what, "top-k %s n=%zu k=%zu%s%s", sizeof(T) == 4 ? "float" : "double",
-                n, k, coarse ? " ties" : "", with_add ? " +add" : "");
+  std::snprintf(what, sizeof what, "top-k %s n=%zu k=%zu%s%s", type_name<T>(), n, k,
+                coarse ? " ties" : "", with_add ? " +add" : "");
   SAME(got_i, hi, what);
   SAME(got_x, hx, what);
   SAME(gpu_test::to_host(dv, k), hv, what);
@@ -182,8 +185,8 @@ void lowrank_case(std::size_t rows, std::size_t cols) {
   T* dadd = gpu_test::to_device(add);
   T* dres = gpu_test::to_device(std::vector<T>(rows * cols));
   char what[96];
-  std::snprintf(what, sizeof what, "PowerSGD %s rank %zu, %zu x %zu",
-                sizeof(T) == 4 ? "float" : "double", R, rows, cols);
+  std::snprintf(what, sizeof what, "PowerSGD %s rank %zu, %zu x %zu", type_name<T>(), R, rows,
+                cols);
   dev::seeded_uniform(dq, R * cols, 42, nullptr);
   dev::seeded_uniform(dq0, R * cols, 42, nullptr);
   dev::lowrank_mq<R>(dp, dm, dadd, dq, rows, cols, nullptr);
