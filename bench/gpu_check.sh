@@ -174,11 +174,12 @@ run_test test_device_kernels 120
 run_test test_compress_kernels 120
 run_test test_cuda_ipc 120
 [ -n "$nccl_lib" ] && run_test test_nccl 120
-if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi_device" ] && [ "$(cap 120)" -eq 0 ]; then
+t=$(cap 120)
+if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi_device" ] && [ "$t" -eq 0 ]; then
   note "TEST test_mpi_device: NOT RUN (budget of $BUDGET s spent)"
 elif [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi_device" ]; then
   say "== test test_mpi_device (2 ranks)"
-  timeout "$(cap 120)" "$MPIRUN" --allow-run-as-root --oversubscribe -n 2 "$BUILD/test_mpi_device" \
+  timeout "$t" "$MPIRUN" --allow-run-as-root --oversubscribe -n 2 "$BUILD/test_mpi_device" \
     >"$BUILD/mpi.out" 2>&1; rc=$?
   cat "$BUILD/mpi.out" >>"$LOG"; tail -8 "$BUILD/mpi.out"
   if [ $rc -eq 0 ]; then note "TEST test_mpi_device: passed"
