@@ -175,8 +175,9 @@ int run_mpi_tests(const std::vector<std::string>& filters, const char* flavour);
 /// Defines a test case every rank runs; `watchdog_s` bounds its wall time.
 #define GS_MPI_TEST(name, watchdog_s) GS_MPI_CASE(name, watchdog_s, false)
 /// A case whose wall time is mostly deliberate waits (deadlines running out, late ranks).
-/// A job run with GRADSYNC_TEST_TIMING=0 skips it: tests/mpi/meson.build says which rank
-/// counts run these cases (2, 3 and 6 between the MPIs: direct and relayed waits alike).
+/// A job run with GRADSYNC_TEST_TIMING=0 skips it, one with "only" runs nothing else:
+/// tests/mpi/meson.build says which rank counts run these cases (2, 3 and 6 between the
+/// MPIs: direct and relayed waits alike).
 #define GS_MPI_TIMING_TEST(name, watchdog_s) GS_MPI_CASE(name, watchdog_s, true)
 
 /// Records a failure (and goes on) unless cond holds; `info` is built only on failure.
