@@ -3,8 +3,9 @@
 // network namespaces, TCP between hosts, shared memory inside one), 2 hosts x 2 ranks
 // and 2 + 1. Node discovery, the exact-result matrix (reduced) for flat transport::mpi
 // algorithms and for two_level + hierarchical across hosts, bitwise identity across
-// ranks, the allreducer's buckets over two_level, and an error naming the world rank
-// and host of a peer on the other host. Run by tests/cluster/run.sh.
+// ranks, the two-level collectives in pieces, the allreducer's buckets over two_level,
+// and an error naming the world rank and host of a peer on the other host. Run by
+// tests/cluster/run.sh.
 #include <mpi.h>
 
 #include <cstdint>
@@ -17,8 +18,11 @@
 
 #include <gradsync/algo/hierarchical.hpp>
 #include <gradsync/algo/native.hpp>
+#include <gradsync/allgather.hpp>
 #include <gradsync/allreducer.hpp>
+#include <gradsync/broadcast.hpp>
 #include <gradsync/gradsync.hpp>
+#include <gradsync/reduce_scatter.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/mpi.hpp>
 #include <gradsync/transport/two_level/from_mpi.hpp>
@@ -162,6 +166,36 @@ GS_MPI_TEST("cluster: two_level + hierarchical across hosts, exact and bitwise i
   exact<gs::algo::hierarchical<gs::algo::auto_select>, std::int32_t, gs::op::sum_t>(
       t, h, "hier<auto> int32 sum");
   GS_CHECK(h.size() == 4 * counts.size());
+  GS_CHECK(gs::testbed::same_on_all_ranks(h));
+}
+
+// Across hosts two_level pipelines its collectives (tuning::hierarchical_pieces: from
+// 8 MiB, pieces of 4 MiB), which a single host never does: sizes on both sides of that.
+GS_MPI_TEST("cluster: two-level broadcast, reduce_scatter and allgather in pieces, exact", 240) {
+  if (!even_hosts()) return;  // two_level refuses uneven hosts (the case above checks how)
+  two_level t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD);
+  GS_CHECK(t.pipelines());
+  const std::size_t n = t.size(), r = t.rank();
+  const gs::call_options opt{.timeout = gs::seconds_d{60}};
+  std::vector<std::uint64_t> h;
+  std::size_t wrong = 0;
+  // Per-rank blocks of 1001 elements, and of an odd count whose n blocks pass 9 MiB.
+  for (const std::size_t m : {std::size_t{1001}, (std::size_t{9} << 20) / 4 / n + 7}) {
+    std::vector<float> in(n * m), mine(m), all(n * m);
+    gs::testing::fill_inputs(std::span<float>(in), gs::reduce_op::sum, r, n);
+    gs::reduce_scatter(t, std::span<const float>(in), std::span<float>(mine), gs::op::sum, opt);
+    wrong += gs::testing::count_wrong(std::span<const float>(mine), gs::reduce_op::sum, n, r * m);
+    gs::allgather(t, std::span<const float>(mine), std::span<float>(all), opt);
+    wrong += gs::testing::count_wrong(std::span<const float>(all), gs::reduce_op::sum, n);
+    h.push_back(gs::testing::fnv1a64(all.data(), all.size() * sizeof(float)));
+    for (const std::size_t root : {std::size_t{0}, n - 1}) {
+      std::vector<float> v(n * m, -1.0f);
+      if (r == root) v = all;
+      gs::broadcast(t, std::span<float>(v), root, opt);
+      wrong += v != all;
+    }
+  }
+  GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong elements or broadcasts");
   GS_CHECK(gs::testbed::same_on_all_ranks(h));
 }
 
