@@ -81,7 +81,8 @@ std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std:
 /// The allgather over both levels of a two_level: across the nodes first (this local
 /// index on every node), then the nodes' blocks inside the node, so each block crosses
 /// the network once; across a network, in pieces of the blocks, each piece spread in the
-/// node while the next one crosses.
+/// node while the next one crosses. A peer-memory node level spreads the node's own
+/// blocks while the first pieces cross.
 template <class Intra, class Inter>
 std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<const std::byte> in,
                              std::span<std::byte> out, dtype type, const call_options& opt) {
@@ -170,23 +171,42 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
               call_header::make(in_c.seq, b / dtype_size(type), type, reduce_op::sum, direct::name),
               "allgather", nullptr, 0);
         }
+        // A peer-memory node level spreads this node's own blocks while the network phase
+        // runs (they need nothing from it), so only the other nodes' blocks follow it.
+        auto spread_home = [&] {
+          if constexpr (node_direct) {
+            step = direct::staged(
+                *dc, in, step,
+                [&](std::size_t l, std::size_t x, const std::byte* src, std::size_t len) {
+                  algo::detail::copy_out(out.data() + (me * local + l) * b + x, src, len, stream);
+                });
+            sent += b;
+          }
+        };
         auto inside = [&](std::size_t i) {  // piece i of every column's blocks, in place
           const algo::detail::range p = algo::detail::part(b, pieces, i);
           if constexpr (node_direct) {
-            // Byte x of local rank l's piece is byte x % p.count of node x / p.count's.
-            auto place = [&](std::size_t l, std::size_t x, const std::byte* src, std::size_t len) {
-              while (len) {
-                const std::size_t q = x / p.count, at = x % p.count;
-                const std::size_t take = std::min(len, p.count - at);
-                algo::detail::copy_out(out.data() + (q * local + l) * b + p.offset + at, src, take,
-                                       stream);
-                x += take, src += take, len -= take;
-              }
+            auto spread = [&](std::size_t q0, std::size_t q1) {  // nodes [q0, q1) of piece i
+              // Byte x of local rank l's part is byte x % p.count of node q0 + x / p.count's.
+              auto place = [&](std::size_t l, std::size_t x, const std::byte* src,
+                               std::size_t len) {
+                while (len) {
+                  const std::size_t q = q0 + x / p.count, at = x % p.count;
+                  const std::size_t take = std::min(len, p.count - at);
+                  algo::detail::copy_out(out.data() + (q * local + l) * b + p.offset + at, src,
+                                         take, stream);
+                  x += take, src += take, len -= take;
+                }
+              };
+              step = direct::staged(
+                  *dc,
+                  std::span<const std::byte>(across_buf + nodes * p.offset + q0 * p.count,
+                                             (q1 - q0) * p.count),
+                  step, place);
+              sent += (q1 - q0) * p.count;
             };
-            step = direct::staged(
-                *dc, std::span<const std::byte>(across_buf + nodes * p.offset, nodes * p.count),
-                step, place);
-            sent += nodes * p.count;
+            spread(0, me);
+            spread(me + 1, nodes);
             return;
           }
           std::byte* const got = inside_buf + local * nodes * p.offset;
@@ -203,10 +223,12 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
         };
         if (pieces == 1) {
           across(0);
+          spread_home();
           inside(0);
         } else {  // piece i spreads in the node while piece i + 1 crosses the network
           algo::detail::level_pipeline<Intra, Inter> pipe(t, across);
           pipe.ready(pieces - 1);
+          spread_home();
           for (std::size_t i = 0; i < pieces; ++i) {
             pipe.wait(i);
             inside(i);
