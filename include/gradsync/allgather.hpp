@@ -124,7 +124,10 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
         std::vector<typename Inter::request> recvs, sends;
         auto post_sends = [&](std::size_t k) {
           const algo::detail::range p = algo::detail::part(b, pieces, k);
-          std::memcpy(across_buf + nodes * p.offset + me * p.count, in.data() + p.offset, p.count);
+          if constexpr (!node_direct) {  // a direct node level spreads `in` itself (spread_home)
+            std::memcpy(across_buf + nodes * p.offset + me * p.count, in.data() + p.offset,
+                        p.count);
+          }
           for (std::size_t q = 0; q < nodes; ++q) {
             if (q != me) {
               sends.push_back(t.inter().isend(q, in.data() + p.offset, p.count, out_c.tag));
