@@ -154,6 +154,40 @@ GS_MPI_TEST("transport: messages longer than max_message_bytes are split", 60) {
   exact_sum<gs::algo::native, gs::half>(t, 20011);
 }
 
+// Across hosts (here forced with network_hint::yes) messages are cut at
+// network_message_bytes as well; on one host only max_message_bytes applies.
+GS_MPI_TEST("transport: messages to other hosts are split at network_message_bytes", 60) {
+  {
+    gs::transport::mpi t{
+        MPI_COMM_WORLD,
+        {.network_message_bytes = 1000, .network = gs::transport::network_hint::yes}};
+    ring_exchange(t, 1000, 1);
+    ring_exchange(t, 1001, 2);
+    ring_exchange(t, 10007, 11);
+    ring_exchange(t, 0, 1);
+    exact_sum<gs::algo::ring, float>(t, 50021);
+    exact_sum<gs::algo::halving_doubling, std::int64_t>(t, 20011);
+  }
+  {  // the smaller limit wins
+    gs::transport::mpi t{MPI_COMM_WORLD,
+                         {.max_message_bytes = 700,
+                          .network_message_bytes = 1000,
+                          .network = gs::transport::network_hint::yes}};
+    ring_exchange(t, 10007, 15);
+  }
+  {  // 0: no split for the network
+    gs::transport::mpi t{MPI_COMM_WORLD,
+                         {.network_message_bytes = 0, .network = gs::transport::network_hint::yes}};
+    ring_exchange(t, 1 << 20, 1);
+  }
+  {  // one host, not forced: no split
+    gs::transport::mpi t{
+        MPI_COMM_WORLD,
+        {.network_message_bytes = 1000, .network = gs::transport::network_hint::no}};
+    ring_exchange(t, 1 << 20, 1);
+  }
+}
+
 GS_MPI_TEST("transport: large sends go through the huge-page staging pool intact", 60) {
   const bool thp = gs::transport::detail::thp_available();
   {
@@ -526,6 +560,10 @@ GS_MPI_TEST("transport: bad options and communicators are invalid_argument", 30)
   const std::size_t too_big = static_cast<std::size_t>(INT_MAX) + 1;
   GS_CHECK_ERROR((gs::transport::mpi{MPI_COMM_WORLD, {.max_message_bytes = too_big}}),
                  gs::errc::invalid_argument);
+  const std::string m4 =
+      GS_CHECK_ERROR((gs::transport::mpi{MPI_COMM_WORLD, {.network_message_bytes = too_big}}),
+                     gs::errc::invalid_argument);
+  GS_CHECK_MSG(gs::testbed::contains(m4, "network_message_bytes must be in [0, INT_MAX]"), m4);
   const std::string m2 =
       GS_CHECK_ERROR((gs::transport::mpi{MPI_COMM_NULL}), gs::errc::invalid_argument);
   GS_CHECK_MSG(gs::testbed::contains(m2, "MPI_COMM_NULL"), m2);

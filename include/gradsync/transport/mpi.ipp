@@ -134,8 +134,9 @@ GRADSYNC_DECL void mpi::wait(request& r, deadline d) {
   while (r.next_ < r.parts_) {
     MPI_Request& q = r.part(r.next_);
     MPI_Status st;
-    const int rc = detail::mpi_poll(q, st, d, r.piece_bytes(r.next_) >= detail::mpi_bulk_bytes,
-                                    &abort_, stall_poll());
+    // Bulk by the whole transfer: its messages may each be small (network_message_bytes).
+    const int rc =
+        detail::mpi_poll(q, st, d, r.bytes_ >= detail::mpi_bulk_bytes, &abort_, stall_poll());
     if (rc == detail::mpi_poll_aborted) aborted(r, "while this rank waited to ");
     if (rc == detail::mpi_poll_peer_failed) {
       give_up(r);
@@ -281,6 +282,11 @@ GRADSYNC_DECL void mpi::check_usable_and_options(MPI_Comm comm) const {
                 "mpi_options::max_message_bytes must be in [1, INT_MAX], got " +
                     std::to_string(opt_.max_message_bytes));
   }
+  if (opt_.network_message_bytes > static_cast<std::size_t>(INT_MAX)) {
+    throw error(errc::invalid_argument, {},
+                "mpi_options::network_message_bytes must be in [0, INT_MAX] (0: no split), got " +
+                    std::to_string(opt_.network_message_bytes));
+  }
 }
 
 GRADSYNC_DECL void mpi::adopt(std::vector<detail::rank_place> places) {
@@ -301,9 +307,11 @@ GRADSYNC_DECL void mpi::adopt(std::vector<detail::rank_place> places) {
     throw;
   }
   log(log_level::debug, rank_,
-      "transport::mpi: rank %zu of %zu%s, max message %zu bytes, sends of %zu..%zu bytes "
-      "staged through huge pages: %s",
+      "transport::mpi: rank %zu of %zu%s, max message %zu bytes (%zu to other hosts), sends "
+      "of %zu..%zu bytes staged through huge pages: %s",
       rank_, size_, network_ ? " across hosts" : " on one host", opt_.max_message_bytes,
+      opt_.network_message_bytes ? std::min(opt_.network_message_bytes, opt_.max_message_bytes)
+                                 : opt_.max_message_bytes,
       opt_.stage_min_bytes, detail::mpi_stage_pool::page,
       stage_->enabled() ? "yes" : "no (stage_limit_bytes 0 or transparent huge pages off)");
 }
@@ -420,6 +428,10 @@ GRADSYNC_DECL mpi::request mpi::post(bool is_send, std::size_t peer, void* buf, 
   r.is_send_ = is_send;
   r.bytes_ = bytes;
   r.piece_ = opt_.max_message_bytes;
+  if (opt_.network_message_bytes &&
+      (host_[peer] != host_[rank_] || opt_.network == network_hint::yes)) {
+    r.piece_ = std::min(r.piece_, opt_.network_message_bytes);
+  }
   const std::size_t parts = bytes == 0 ? 1 : (bytes + r.piece_ - 1) / r.piece_;
   if (parts > 1) r.more_.assign(parts - 1, MPI_REQUEST_NULL);
   // Only a receiver on this host reads the send with process_vm_readv (see above).
