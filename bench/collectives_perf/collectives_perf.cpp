@@ -51,6 +51,8 @@ struct options {
   std::size_t iters = 10, warmup = 3;
   std::size_t node_ranks = 0;  // two_level: consecutive ranks per node (0: per host)
   bool check = true;           // --check 0: no argument agreement (what it costs)
+  // mpi, two_level: mpi_options::network_message_bytes (the default when absent)
+  std::size_t net_msg = gs::transport::mpi_options{}.network_message_bytes;
 };
 
 std::size_t parse_size(const std::string& s) {
@@ -101,11 +103,14 @@ options parse(int argc, char** argv) {
       o.check = v == "1";
     } else if (a == "--node-ranks") {
       o.node_ranks = static_cast<std::size_t>(std::atol(value().c_str()));
+    } else if (a == "--network-message-bytes") {
+      const std::string v = value();
+      o.net_msg = v == "0" ? 0 : parse_size(v);
     } else {
       std::fprintf(stderr,
                    "usage: collectives_perf [--transport shm|shm_reg|mpi|two_level] [--collective "
                    "all|broadcast|allgather|reduce_scatter] [-b MIN] [-e MAX] [-n ITERS] [-w "
-                   "WARMUP] [--node-ranks K] [--check 0|1]\n");
+                   "WARMUP] [--node-ranks K] [--check 0|1] [--network-message-bytes SIZE]\n");
       std::exit(2);
     }
   }
@@ -238,9 +243,10 @@ std::size_t run_all(Tr& t, const options& o, MPI_Comm comm, const char* mpi_name
   if (me == 0) gradsync::bench::print_build_note();
   for (const std::string& c : o.collectives) {
     if (me == 0) {
-      std::printf("# %s  transport=%s  ranks=%zu  mpi=%s  float sum, interleaved with MPI%s\n",
-                  c.c_str(), o.transport.c_str(), n, mpi_name,
-                  o.check ? "" : "  (--check 0: no argument agreement)");
+      std::printf(
+          "# %s  transport=%s  ranks=%zu  mpi=%s  float sum, interleaved with MPI%s%s\n", c.c_str(),
+          o.transport.c_str(), n, mpi_name, o.check ? "" : "  (--check 0: no argument agreement)",
+          o.net_msg ? ("  network_message_bytes=" + std::to_string(o.net_msg)).c_str() : "");
       std::printf("#%12s %12s %12s %9s %9s %12s %9s %9s %8s %8s\n", "bytes", "count", "gs time us",
                   "algbw", "busbw", "mpi time us", "algbw", "busbw", "gs/mpi", "#wrong");
       std::fflush(stdout);
@@ -302,7 +308,7 @@ int main(int argc, char** argv) {
   std::size_t wrong = 0;
   try {
     if (o.transport == "mpi") {
-      gs::transport::mpi t{MPI_COMM_WORLD};
+      gs::transport::mpi t{MPI_COMM_WORLD, {.network_message_bytes = o.net_msg}};
       wrong = run_all(t, o, MPI_COMM_WORLD, mpi_name);
     } else if (o.transport == "shm" || o.transport == "shm_reg") {
       gs::transport::shm_options so = gs::transport::shm_options_from_mpi(MPI_COMM_WORLD);
@@ -313,7 +319,8 @@ int main(int argc, char** argv) {
       int world = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &world);
       const int color = o.node_ranks ? world / static_cast<int>(o.node_ranks) : -1;
-      auto t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, color);
+      auto t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, color,
+                                                 {.network_message_bytes = o.net_msg});
       wrong = run_all(t, o, MPI_COMM_WORLD, mpi_name);
     }
   } catch (const gs::error& e) {

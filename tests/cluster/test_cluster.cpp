@@ -136,38 +136,37 @@ GS_MPI_TEST("cluster: node discovery: each host's shm group is exactly its ranks
   GS_CHECK(tl.pipelines());  // MPI_THREAD_MULTIPLE here
 }
 
-// Rank 0 and the last rank sit on different hosts: their messages are cut at the
-// default network_message_bytes (16 KiB under MPICH, no cut under Open MPI), and arrive
-// whole; a message to a rank on the same host stays one MPI message.
+// Rank 0 and the last rank sit on different hosts: with network_message_bytes their
+// messages are cut into that size and arrive whole; by default, and to a rank on the
+// same host, a message stays one MPI message.
 GS_MPI_TEST("cluster: messages to another host are cut at network_message_bytes", 60) {
-  gs::transport::mpi t(MPI_COMM_WORLD);
-  const std::size_t n = t.size(), bytes = (100 << 10) + 3, cut = t.options().network_message_bytes;
-  const std::size_t want = cut ? (bytes + cut - 1) / cut : 1;
-  auto exchange = [&](std::size_t peer, std::size_t parts) {
-    std::vector<std::uint8_t> out(bytes), in(bytes, 0);
-    for (std::size_t i = 0; i < bytes; ++i) out[i] = static_cast<std::uint8_t>(i * 7 + t.rank());
-    const auto d = gs::deadline::after(gs::seconds_d{30});
-    auto rq = t.irecv(peer, in.data(), bytes, 5);
-    auto sq = t.isend(peer, out.data(), bytes, 5);
-    GS_CHECK_MSG(rq.parts() == parts && sq.parts() == parts,
-                 std::to_string(rq.parts()) + " parts, expected " + std::to_string(parts));
-    t.wait(rq, d);
-    t.wait(sq, d);
-    std::size_t wrong = 0;
-    for (std::size_t i = 0; i < bytes; ++i)
-      wrong += in[i] != static_cast<std::uint8_t>(i * 7 + peer);
-    GS_CHECK_MSG(wrong == 0,
-                 std::to_string(wrong) + " bytes wrong from rank " + std::to_string(peer));
-  };
-  GS_REQUIRE(!t.same_host(t.rank() == 0 ? n - 1 : 0) || (t.rank() != 0 && t.rank() != n - 1));
-#if !(defined(OPEN_MPI) && OPEN_MPI)
-  GS_CHECK(cut == 16 << 10);  // MPICH: UCX's eager size over TCP
-#else
-  GS_CHECK(cut == 0);
-#endif
-  if (t.rank() == 0) exchange(n - 1, want);
-  if (t.rank() == n - 1) exchange(0, want);
-  if (n == 4 && t.rank() < 2) exchange(1 - t.rank(), 1);  // 2 x 2: ranks 0 and 1 share a host
+  const std::size_t bytes = (100 << 10) + 3;
+  for (const std::size_t cut : {std::size_t{0}, std::size_t{16} << 10}) {
+    gs::transport::mpi t(MPI_COMM_WORLD, {.network_message_bytes = cut});
+    const std::size_t n = t.size();
+    auto exchange = [&](std::size_t peer, std::size_t parts) {
+      std::vector<std::uint8_t> out(bytes), in(bytes, 0);
+      for (std::size_t i = 0; i < bytes; ++i) out[i] = static_cast<std::uint8_t>(i * 7 + t.rank());
+      const auto d = gs::deadline::after(gs::seconds_d{30});
+      auto rq = t.irecv(peer, in.data(), bytes, 5);
+      auto sq = t.isend(peer, out.data(), bytes, 5);
+      GS_CHECK_MSG(rq.parts() == parts && sq.parts() == parts,
+                   std::to_string(rq.parts()) + " parts, expected " + std::to_string(parts));
+      t.wait(rq, d);
+      t.wait(sq, d);
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < bytes; ++i) {
+        wrong += in[i] != static_cast<std::uint8_t>(i * 7 + peer);
+      }
+      GS_CHECK_MSG(wrong == 0,
+                   std::to_string(wrong) + " bytes wrong from rank " + std::to_string(peer));
+    };
+    GS_REQUIRE(!t.same_host(t.rank() == 0 ? n - 1 : 0) || (t.rank() != 0 && t.rank() != n - 1));
+    const std::size_t across = cut ? (bytes + cut - 1) / cut : 1;  // 7 at 16 KiB
+    if (t.rank() == 0) exchange(n - 1, across);
+    if (t.rank() == n - 1) exchange(0, across);
+    if (n == 4 && t.rank() < 2) exchange(1 - t.rank(), 1);  // 2 x 2: ranks 0 and 1 share a host
+  }
 }
 
 GS_MPI_TEST("cluster: flat mpi algorithms across hosts, exact and bitwise identical", 240) {
@@ -207,30 +206,35 @@ GS_MPI_TEST("cluster: two_level + hierarchical across hosts, exact and bitwise i
 // 8 MiB, pieces of 4 MiB), which a single host never does: sizes on both sides of that.
 GS_MPI_TEST("cluster: two-level broadcast, reduce_scatter and allgather in pieces, exact", 240) {
   if (!even_hosts()) return;  // two_level refuses uneven hosts (the case above checks how)
-  two_level t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD);
-  GS_CHECK(t.pipelines());
-  const std::size_t n = t.size(), r = t.rank();
-  const gs::call_options opt{.timeout = gs::seconds_d{60}};
-  std::vector<std::uint64_t> h;
-  std::size_t wrong = 0;
-  // Per-rank blocks of 1001 elements, and of an odd count whose n blocks pass 9 MiB.
-  for (const std::size_t m : {std::size_t{1001}, (std::size_t{9} << 20) / 4 / n + 7}) {
-    std::vector<float> in(n * m), mine(m), all(n * m);
-    gs::testing::fill_inputs(std::span<float>(in), gs::reduce_op::sum, r, n);
-    gs::reduce_scatter(t, std::span<const float>(in), std::span<float>(mine), gs::op::sum, opt);
-    wrong += gs::testing::count_wrong(std::span<const float>(mine), gs::reduce_op::sum, n, r * m);
-    gs::allgather(t, std::span<const float>(mine), std::span<float>(all), opt);
-    wrong += gs::testing::count_wrong(std::span<const float>(all), gs::reduce_op::sum, n);
-    h.push_back(gs::testing::fnv1a64(all.data(), all.size() * sizeof(float)));
-    for (const std::size_t root : {std::size_t{0}, n - 1}) {
-      std::vector<float> v(n * m, -1.0f);
-      if (r == root) v = all;
-      gs::broadcast(t, std::span<float>(v), root, opt);
-      wrong += v != all;
+  // Whole messages across the network, and cut into 16 KiB ones (network_message_bytes).
+  for (const std::size_t cut : {std::size_t{0}, std::size_t{16} << 10}) {
+    two_level t =
+        gs::transport::two_level_from_mpi(MPI_COMM_WORLD, {}, -1, {.network_message_bytes = cut});
+    GS_CHECK(t.pipelines());
+    const std::size_t n = t.size(), r = t.rank();
+    const gs::call_options opt{.timeout = gs::seconds_d{60}};
+    std::vector<std::uint64_t> h;
+    std::size_t wrong = 0;
+    // Per-rank blocks of 1001 elements, and of an odd count whose n blocks pass 9 MiB.
+    for (const std::size_t m : {std::size_t{1001}, (std::size_t{9} << 20) / 4 / n + 7}) {
+      std::vector<float> in(n * m), mine(m), all(n * m);
+      gs::testing::fill_inputs(std::span<float>(in), gs::reduce_op::sum, r, n);
+      gs::reduce_scatter(t, std::span<const float>(in), std::span<float>(mine), gs::op::sum, opt);
+      wrong += gs::testing::count_wrong(std::span<const float>(mine), gs::reduce_op::sum, n, r * m);
+      gs::allgather(t, std::span<const float>(mine), std::span<float>(all), opt);
+      wrong += gs::testing::count_wrong(std::span<const float>(all), gs::reduce_op::sum, n);
+      h.push_back(gs::testing::fnv1a64(all.data(), all.size() * sizeof(float)));
+      for (const std::size_t root : {std::size_t{0}, n - 1}) {
+        std::vector<float> v(n * m, -1.0f);
+        if (r == root) v = all;
+        gs::broadcast(t, std::span<float>(v), root, opt);
+        wrong += v != all;
+      }
     }
+    GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong elements or broadcasts, cut " +
+                                 std::to_string(cut));
+    GS_CHECK(gs::testbed::same_on_all_ranks(h));
   }
-  GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong elements or broadcasts");
-  GS_CHECK(gs::testbed::same_on_all_ranks(h));
 }
 
 GS_MPI_TEST("cluster: the allreducer's buckets over two_level, exact across hosts", 240) {

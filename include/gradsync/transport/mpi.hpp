@@ -19,8 +19,8 @@
 //
 // Across hosts (crosses_network(), found at construction: mpi/node.hpp) the
 // ring and halving_doubling keep every receive of a step in flight, messages to other
-// hosts are cut at mpi_options::network_message_bytes (MPICH: UCX's eager size), and
-// errors name the job's ranks (MPI_COMM_WORLD) and their hosts (docs/cluster.md).
+// hosts can be cut smaller (mpi_options::network_message_bytes), and errors name the
+// job's ranks (MPI_COMM_WORLD) and their hosts (docs/cluster.md).
 //
 // Like MPI_Comm_free, destroying a transport is collective in spirit: destroy it once
 // every rank's last call on it has returned. After a timeout a late peer may still
@@ -78,19 +78,6 @@ enum class network_hint : std::uint8_t {
   no,      ///< tune for one host
 };
 
-namespace detail {
-/// mpi_options::network_message_bytes's default. 16 KiB under MPICH over UCX, whose TCP
-/// transport sends that eagerly: eager messages stream in order, while larger ones are
-/// rendezvous transfers that UCX interleaves (a pipeline's pieces then all arrive at the
-/// end) and whose replies queue behind the data going the other way. Open MPI: no split (no gain
-/// measured). docs/cluster.md, cause 5.
-#if defined(OPEN_MPI) && OPEN_MPI
-inline constexpr std::size_t mpi_network_message_bytes = 0;
-#else
-inline constexpr std::size_t mpi_network_message_bytes = std::size_t{16} << 10;
-#endif
-}  // namespace detail
-
 /// Options of transport::mpi. Must be the same on every rank of the communicator.
 struct mpi_options {
   /// Largest single MPI message (MPI counts are int). Longer sends and receives are
@@ -99,9 +86,11 @@ struct mpi_options {
   std::size_t max_message_bytes = static_cast<std::size_t>(INT_MAX);
   /// Largest MPI message to a rank on another host (to every rank with network_hint::yes);
   /// longer ones are split into messages of this size, all posted at once (0: only
-  /// max_message_bytes splits). The default suits the MPI it was built with
-  /// (detail::mpi_network_message_bytes); ranks that talk to each other must agree.
-  std::size_t network_message_bytes = detail::mpi_network_message_bytes;
+  /// max_message_bytes splits). Under MPICH over UCX on a ~1 Gbit/s link, 16 KiB (UCX's
+  /// eager size over TCP) makes a pipeline's pieces stream in order where rendezvous
+  /// transfers interleave and all arrive at the end; at 10 Gbit/s the small messages
+  /// cost 1.4-2x the time, hence no cut by default (docs/cluster.md, cause 5).
+  std::size_t network_message_bytes = 0;
   /// Huge-page memory this transport may keep for staging its large sends
   /// (mpi_stage.hpp): a send of stage_min_bytes..2 MiB is copied there first, so that
   /// a receiver on the same host reads it 3-4x faster. 0 sends everything from the
