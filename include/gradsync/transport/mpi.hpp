@@ -89,7 +89,7 @@ struct mpi_options {
   /// max_message_bytes splits). Under MPICH over UCX on a ~1 Gbit/s link, 16 KiB (UCX's
   /// eager size over TCP) makes a pipeline's pieces stream in order where rendezvous
   /// transfers interleave and all arrive at the end; at 10 Gbit/s the small messages
-  /// cost 1.4-2x the time, hence no cut by default (docs/cluster.md, cause 5).
+  /// cost 1.2-2.2x the time, hence no cut by default (docs/cluster.md, cause 5).
   std::size_t network_message_bytes = 0;
   /// Huge-page memory this transport may keep for staging its large sends
   /// (mpi_stage.hpp): a send of stage_min_bytes..2 MiB is copied there first, so that
