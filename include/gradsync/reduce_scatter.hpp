@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -96,17 +98,20 @@ std::size_t reduce_scatter_flat(Tr& t, std::span<const T> in, std::span<T> out, 
 template <class Intra, class Inter, class T, class Op>
 std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span<const T> in,
                                 std::span<T> out, Op op, const call_options& opt) {
+  using direct = algo::reduce_scatter_direct;
+  // A peer-memory node level combines each column straight from `in` (no gathering copy).
+  constexpr bool node_direct = has_direct_collectives<Intra>;
+  const std::string_view name = node_direct ? direct::name : rs_algo::name;
   const std::size_t m = out.size(), local = t.intra().size(), nodes = t.inter().size();
   const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
   std::size_t sent = 0;
   transport::detail::two_level_call(
-      t, t.intra(), t.inter(), opt,
-      {"reduce_scatter", rs_algo::name, dtype_of<T>::value, Op::id, m, {}},
+      t, t.intra(), t.inter(), opt, {"reduce_scatter", name, dtype_of<T>::value, Op::id, m, {}},
       "reduce_scatter inside the node", "reduce_scatter across nodes",
       [&](const call_context& in_c, const call_context& out_c) {
         if (opt.check) {
           agree_two_levels(
-              t, t.intra(), t.inter(), in_c.seq, out_c.seq, in_c.until, rs_algo::name,
+              t, t.intra(), t.inter(), in_c.seq, out_c.seq, in_c.until, name,
               [&](std::uint64_t seq, std::string_view name) {
                 return reduce_scatter_header<T, Op>(seq, m, name, finite);
               },
@@ -119,19 +124,41 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
                                     t.describe_self()),
                        in_c.until, [](std::size_t) { return std::string("its input"); });
         }
-        // Column l's blocks (global ranks q * local + l, node q) side by side, so that the
-        // node's reduce-scatter leaves local rank l their node-wide sums, node-major; in
-        // pieces of the blocks' elements, each piece's columns together. Kept across calls
-        // in the node transport's workspace (rs_algo uses slots 0 and 3).
-        T* const column = static_cast<T*>(t.intra().scratch().get(4, in.size() * sizeof(T)));
+        // Column l is the blocks of global ranks q * local + l (node q), node-major: the
+        // node's reduce-scatter leaves local rank l their node-wide sums, in pieces of the
+        // blocks' elements, each piece's columns together. The ring needs each piece's
+        // columns side by side (`column`). Kept across calls in the node transport's
+        // workspace (rs_algo uses slots 0 and 3).
+        T* const column =
+            static_cast<T*>(t.intra().scratch().get(4, node_direct ? 0 : in.size() * sizeof(T)));
         T* const mine = static_cast<T*>(t.intra().scratch().get(6, nodes * m * sizeof(T)));
         // op::avg: sums on both levels, one division by the whole group at the end.
         using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
         const std::size_t pieces =
             algo::tuning::hierarchical_pieces(in.size_bytes(), t.pipelines());
         std::size_t sent_across = 0;
+        std::optional<algo::detail::direct_call<Intra, T, level_op>> dc;
+        std::uint64_t step = 0;
+        if constexpr (node_direct) {
+          dc.emplace(t.intra(), std::span<T>{}, in_c);
+          dc->open_header(reduce_scatter_header<T, Op>(in_c.seq, m, name, finite), "reduce_scatter",
+                          nullptr, 0);
+        }
         auto inside = [&](std::size_t i) {  // piece i's columns, reduced inside the node
           const algo::detail::range p = algo::detail::part(m, pieces, i);
+          if constexpr (node_direct) {
+            if (p.count == 0) return;
+            // Element x of column l: node x / p.count's block, at x % p.count in the piece.
+            const std::size_t pc = p.count;
+            step = direct::staged(
+                *dc, nodes * pc, pc,
+                [&](std::size_t l, std::size_t x) {
+                  return in.data() + ((x / pc) * local + l) * m + p.offset + x % pc;
+                },
+                mine + nodes * p.offset, level_op{}, step, [](std::size_t, std::size_t) {});
+            sent += (local - 1) * nodes * pc * sizeof(T);
+            return;
+          }
           T* const col = column + local * nodes * p.offset;
           for (std::size_t l = 0; l < local; ++l) {
             for (std::size_t q = 0; q < nodes; ++q) {
@@ -163,6 +190,7 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
           }
           pipe.wait(pieces - 1);
         }
+        if constexpr (node_direct) dc->close();
         sent += sent_across;
         t.intra().executor().finalize(out.data(), m, t.size(), op);
       });

@@ -73,26 +73,43 @@ struct reduce_scatter_direct {
       c.close_in_place(false);
       return 0;
     }
-    // Piece k: elements [k * piece, ...) of every block; rank j stages its piece of
-    // block i at i * piece in its half k % 2 (its own block i = j is not staged).
+    staged(
+        c, m, m, [&](std::size_t i, std::size_t x) { return in.data() + i * m + x; }, out.data(),
+        op, 0, [&](std::size_t off, std::size_t len) { c.finalize(out.data() + off, len, op); });
+    c.close();
+    return (n - 1) * m * sizeof(T);
+  }
+
+  /// The staged path after an open header round `c`: this rank's input is c.n_ blocks of
+  /// m elements, element x of block i at src(i, x) and contiguous up to the next multiple
+  /// of `seg` (a block gathered from segments, as the two-level node phase's columns).
+  /// out[x] := element x of block c.r_ combined over every rank in rank order, in pieces:
+  /// every rank copies its piece of each block the others combine into its half k % 2, a
+  /// barrier (steps from `step0` + 1), each rank combines its own; done(off, len) follows
+  /// each piece. Returns the step a following staged() starts from.
+  template <class C, class T, class Op, class Src, class Done>
+  static std::uint64_t staged(C& c, std::size_t m, std::size_t seg, Src&& src, T* out, Op op,
+                              std::uint64_t step0, Done&& done) {
+    const std::size_t n = c.n_, r = c.r_;
     const std::size_t piece = std::max<std::size_t>(1, c.staged_piece_bytes(n) / sizeof(T));
-    for (std::size_t k = 0, off = 0; off < m; ++k, off += piece) {
-      const std::size_t len = std::min(piece, m - off);
+    std::uint64_t k = step0;
+    for (std::size_t off = 0; off < m; ++k) {
+      const std::size_t len = std::min({piece, m - off, seg - off % seg});
       T* const mine = c.half(r, k);
       for (std::size_t i = 0; i < n; ++i) {
-        if (i != r) std::memcpy(mine + i * piece, in.data() + i * m + off, len * sizeof(T));
+        if (i != r) std::memcpy(mine + i * piece, src(i, off), len * sizeof(T));
       }
       c.barrier(k + 1);
       detail::reduce_rank_order(
-          out.data() + off,
+          out + off,
           [&](std::size_t j) -> const T* {
-            return j == r ? in.data() + r * m + off : c.half(j, k) + r * piece;
+            return j == r ? src(r, off) : c.half(j, k) + r * piece;
           },
           n, len, op);
-      c.finalize(out.data() + off, len, op);
+      done(off, len);
+      off += len;
     }
-    c.close();
-    return (n - 1) * m * sizeof(T);
+    return k;
   }
 };
 
