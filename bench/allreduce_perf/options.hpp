@@ -48,8 +48,10 @@ struct options {
   bool interleave = false;  ///< --interleave: alternate with MPI_Allreduce
   bool p2p = false;         ///< --p2p: after each --interleave pair, time the bare exchange
   std::size_t mpi_stage = std::size_t{64} << 20;  ///< --mpi-stage: mpi_options::stage_limit_bytes
-  dtype type = dtype::f32;                        ///< -d
-  reduce_op op = reduce_op::sum;                  ///< -o
+  /// --network-message-bytes: mpi_options::network_message_bytes (network_auto: the default)
+  std::size_t net_msg = static_cast<std::size_t>(-1);
+  dtype type = dtype::f32;        ///< -d
+  reduce_op op = reduce_op::sum;  ///< -o
   std::vector<std::string>
       transports;  ///< --transport (default: local alone, shm+mpi under mpirun)
   std::vector<std::string> algos = {"all"};  ///< --algo
@@ -247,6 +249,9 @@ inline const char* usage_text() {
          "                 any allreduce must bring to each rank, moved alone\n"
          "  --mpi-stage SIZE  transport::mpi's huge-page staging of large sends\n"
          "                 (mpi_options::stage_limit_bytes), default 64M; 0 turns it off\n"
+         "  --network-message-bytes SIZE|auto  cut messages to ranks on other hosts into\n"
+         "                 messages of SIZE (mpi_options::network_message_bytes; 0: whole),\n"
+         "                 default auto: the transport measures the link and chooses\n"
          "  --csv FILE     append every row to FILE\n"
          "  --self-test-corrupt  spoil one element of every checked result on the last\n"
          "                 rank; exit 0 only if #wrong counted exactly one per checked row\n"
@@ -300,7 +305,10 @@ inline options parse_options(int argc, char** argv) {
         o.p2p = true;
       else if (a == "--mpi-stage")
         o.mpi_stage = parse_size(need(i));
-      else if (a == "-d" || a == "--datatype")
+      else if (a == "--network-message-bytes") {
+        const std::string v = need(i);
+        o.net_msg = v == "auto" ? static_cast<std::size_t>(-1) : parse_size(v);
+      } else if (a == "-d" || a == "--datatype")
         o.type = parse_dtype(need(i));
       else if (a == "-o" || a == "--op")
         o.op = parse_op(need(i));

@@ -20,7 +20,12 @@ namespace gradsync::bench {
 gradsync_totals run_mpi_rows(MPI_Comm comm, group& g, const options& o, csv_writer& csv,
                              const std::string& mpi_name) {
 #ifdef GRADSYNC_BENCH_HAVE_MPI_TRANSPORT
-  transport::mpi t(comm, {.stage_limit_bytes = o.mpi_stage});
+  transport::mpi t(comm, {.network_message_bytes = o.net_msg, .stage_limit_bytes = o.mpi_stage});
+  if (g.rank() == 0 && t.crosses_network()) {
+    std::printf(
+        "#\n# transport=mpi: network_message_bytes %zu, link %.2f Gbit/s measured (0: not)\n",
+        t.options().network_message_bytes, t.link_gbps());
+  }
   mpi_peer_maker maker(comm, mpi_name);
   partner_of<mpi_peer_maker> partner(maker);
   partner_source* p = o.interleave ? &partner : nullptr;  // one instantiation either way

@@ -28,10 +28,12 @@ gradsync_totals run_two_level_rows(MPI_Comm comm, group& g, const options& o, cs
                                 " does not divide the " + std::to_string(g.size()) + " ranks");
   }
   const int color = o.node_ranks ? static_cast<int>(g.rank() / o.node_ranks) : -1;
-  auto t = transport::two_level_from_mpi(comm, {}, color);
+  auto t = transport::two_level_from_mpi(comm, {}, color, {.network_message_bytes = o.net_msg});
   if (g.rank() == 0) {
     std::printf("#\n# transport=two_level: %zu node(s) of %zu rank(s) (shm inside, mpi across)\n",
                 t.inter().size(), t.intra().size());
+    std::printf("# across: network_message_bytes %zu, link %.2f Gbit/s measured (0: not)\n",
+                t.inter().options().network_message_bytes, t.inter().link_gbps());
   }
   mpi_peer_maker maker(comm, mpi_name);
   partner_of<mpi_peer_maker> partner(maker);

@@ -51,7 +51,7 @@ struct options {
   std::size_t iters = 10, warmup = 3;
   std::size_t node_ranks = 0;  // two_level: consecutive ranks per node (0: per host)
   bool check = true;           // --check 0: no argument agreement (what it costs)
-  // mpi, two_level: mpi_options::network_message_bytes (the default when absent)
+  // mpi, two_level: mpi_options::network_message_bytes (the default, network_auto, when absent)
   std::size_t net_msg = gs::transport::mpi_options{}.network_message_bytes;
 };
 
@@ -105,12 +105,14 @@ options parse(int argc, char** argv) {
       o.node_ranks = static_cast<std::size_t>(std::atol(value().c_str()));
     } else if (a == "--network-message-bytes") {
       const std::string v = value();
-      o.net_msg = v == "0" ? 0 : parse_size(v);
+      o.net_msg = v == "auto" ? gs::transport::mpi_options::network_auto
+                  : v == "0"  ? 0
+                              : parse_size(v);
     } else {
       std::fprintf(stderr,
                    "usage: collectives_perf [--transport shm|shm_reg|mpi|two_level] [--collective "
                    "all|broadcast|allgather|reduce_scatter] [-b MIN] [-e MAX] [-n ITERS] [-w "
-                   "WARMUP] [--node-ranks K] [--check 0|1] [--network-message-bytes SIZE]\n");
+                   "WARMUP] [--node-ranks K] [--check 0|1] [--network-message-bytes SIZE|auto]\n");
       std::exit(2);
     }
   }
@@ -236,6 +238,23 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// The message cut transport::mpi was given or chose (network_auto), with the link it measured.
+std::string mpi_cut_note(const gs::transport::mpi& m) {
+  char rate[48] = "";
+  if (m.link_gbps() > 0) std::snprintf(rate, sizeof rate, " (link %.2f Gbit/s)", m.link_gbps());
+  return "  network_message_bytes=" + std::to_string(m.options().network_message_bytes) + rate;
+}
+template <class Tr>
+std::string cut_note(Tr& t) {
+  if constexpr (std::is_same_v<Tr, gs::transport::mpi>) {
+    return mpi_cut_note(t);
+  } else if constexpr (requires { t.inter(); }) {
+    return mpi_cut_note(t.inter());
+  } else {
+    return "";
+  }
+}
+
 template <class Tr>
 std::size_t run_all(Tr& t, const options& o, MPI_Comm comm, const char* mpi_name) {
   const std::size_t n = t.size(), me = t.rank();
@@ -243,10 +262,9 @@ std::size_t run_all(Tr& t, const options& o, MPI_Comm comm, const char* mpi_name
   if (me == 0) gradsync::bench::print_build_note();
   for (const std::string& c : o.collectives) {
     if (me == 0) {
-      std::printf(
-          "# %s  transport=%s  ranks=%zu  mpi=%s  float sum, interleaved with MPI%s%s\n", c.c_str(),
-          o.transport.c_str(), n, mpi_name, o.check ? "" : "  (--check 0: no argument agreement)",
-          o.net_msg ? ("  network_message_bytes=" + std::to_string(o.net_msg)).c_str() : "");
+      std::printf("# %s  transport=%s  ranks=%zu  mpi=%s  float sum, interleaved with MPI%s%s\n",
+                  c.c_str(), o.transport.c_str(), n, mpi_name,
+                  o.check ? "" : "  (--check 0: no argument agreement)", cut_note(t).c_str());
       std::printf("#%12s %12s %12s %9s %9s %12s %9s %9s %8s %8s\n", "bytes", "count", "gs time us",
                   "algbw", "busbw", "mpi time us", "algbw", "busbw", "gs/mpi", "#wrong");
       std::fflush(stdout);

@@ -137,13 +137,29 @@ GS_MPI_TEST("cluster: node discovery: each host's shm group is exactly its ranks
 }
 
 // Rank 0 and the last rank sit on different hosts: with network_message_bytes their
-// messages are cut into that size and arrive whole; by default, and to a rank on the
-// same host, a message stays one MPI message.
+// messages are cut into that size and arrive whole; with 0, and to a rank on the same
+// host, a message stays one MPI message. network_auto (the default) measures the link
+// here (under MPICH) and cuts to 16 KiB below 4 Gbit/s, the same choice on every rank.
 GS_MPI_TEST("cluster: messages to another host are cut at network_message_bytes", 60) {
   const std::size_t bytes = (100 << 10) + 3;
-  for (const std::size_t cut : {std::size_t{0}, std::size_t{16} << 10}) {
-    gs::transport::mpi t(MPI_COMM_WORLD, {.network_message_bytes = cut});
-    const std::size_t n = t.size();
+  for (const std::size_t asked :
+       {std::size_t{0}, std::size_t{16} << 10, gs::transport::mpi_options::network_auto}) {
+    gs::transport::mpi t(MPI_COMM_WORLD, {.network_message_bytes = asked});
+    const std::size_t n = t.size(), cut = t.options().network_message_bytes;
+    if (asked != gs::transport::mpi_options::network_auto) {
+      GS_CHECK(cut == asked && t.link_gbps() == 0);
+    } else {
+      const double gbps = t.link_gbps();
+      const bool measured = gs::transport::detail::network_cut_helps;  // MPICH, not Open MPI
+      GS_CHECK_MSG(measured ? gbps > 0 : gbps == 0, std::to_string(gbps) + " Gbit/s");
+      const bool slow = gbps > 0 && gbps < gs::transport::detail::cut_below_gbps;
+      GS_CHECK_MSG(cut == (slow ? gs::transport::detail::network_cut_bytes : 0),
+                   std::to_string(cut) + " at " + std::to_string(gbps) + " Gbit/s");
+      GS_CHECK(gs::testbed::same_on_all_ranks(std::vector<std::uint64_t>{cut}));
+      // A split keeps the choice (two_level_from_mpi's level across the hosts is one).
+      gs::transport::mpi half = t.split(static_cast<int>(t.rank() % 2), 0);
+      GS_CHECK(half.options().network_message_bytes == cut && half.link_gbps() == gbps);
+    }
     auto exchange = [&](std::size_t peer, std::size_t parts) {
       std::vector<std::uint8_t> out(bytes), in(bytes, 0);
       for (std::size_t i = 0; i < bytes; ++i) out[i] = static_cast<std::uint8_t>(i * 7 + t.rank());

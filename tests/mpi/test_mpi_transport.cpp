@@ -186,6 +186,17 @@ GS_MPI_TEST("transport: messages to other hosts are split at network_message_byt
         {.network_message_bytes = 1000, .network = gs::transport::network_hint::no}};
     ring_exchange(t, 1 << 20, 1);
   }
+  // network_auto (the default) measures only a link between hosts: on one host, forced
+  // to the network paths or not, nothing is measured and nothing is cut.
+  for (const auto hint : {gs::transport::network_hint::detect, gs::transport::network_hint::yes}) {
+    gs::transport::mpi t{MPI_COMM_WORLD, {.network = hint}};
+    GS_CHECK(gs::transport::mpi_options{}.network_message_bytes ==
+             gs::transport::mpi_options::network_auto);
+    GS_CHECK_MSG(t.options().network_message_bytes == 0,
+                 std::to_string(t.options().network_message_bytes));
+    GS_CHECK(t.link_gbps() == 0);
+    ring_exchange(t, 1 << 20, 1);
+  }
 }
 
 GS_MPI_TEST("transport: large sends go through the huge-page staging pool intact", 60) {

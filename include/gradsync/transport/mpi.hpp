@@ -61,6 +61,7 @@
 #include "gradsync/kernels/host.hpp"
 #include "gradsync/transport/allgather.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/mpi/link.hpp"
 #include "gradsync/transport/mpi/node.hpp"
 #include "gradsync/transport/mpi/poll.hpp"
 #include "gradsync/transport/mpi/sigpipe.hpp"
@@ -84,13 +85,17 @@ struct mpi_options {
   /// split into pieces of this size, and algo::native reduces in chunks of this many
   /// bytes. Tests lower it to run the split path without 2 GiB buffers.
   std::size_t max_message_bytes = static_cast<std::size_t>(INT_MAX);
+  /// network_message_bytes: let the transport choose at construction (mpi/link.hpp).
+  static constexpr std::size_t network_auto = static_cast<std::size_t>(-1);
   /// Largest MPI message to a rank on another host (to every rank with network_hint::yes);
   /// longer ones are split into messages of this size, all posted at once (0: only
-  /// max_message_bytes splits). Under MPICH over UCX on a ~1 Gbit/s link, 16 KiB (UCX's
-  /// eager size over TCP) makes a pipeline's pieces stream in order where rendezvous
-  /// transfers interleave and all arrive at the end; at 10 Gbit/s the small messages
-  /// cost 1.2-2.2x the time, hence no cut by default (docs/cluster.md, cause 5).
-  std::size_t network_message_bytes = 0;
+  /// max_message_bytes splits). Under MPICH over UCX on a slow link, 16 KiB (UCX's eager
+  /// size over TCP) makes a pipeline's pieces stream in order where rendezvous transfers
+  /// interleave and all arrive at the end; at 10 Gbit/s the small messages cost up to
+  /// 1.7x the time. network_auto (the default) measures the link when the ranks span
+  /// hosts (unless network_hint::no) and cuts to 16 KiB only under MPICH below 4 Gbit/s
+  /// (docs/cluster.md, cause 5); options() then holds the choice.
+  std::size_t network_message_bytes = network_auto;
   /// Huge-page memory this transport may keep for staging its large sends
   /// (mpi_stage.hpp): a send of stage_min_bytes..2 MiB is copied there first, so that
   /// a receiver on the same host reads it 3-4x faster. 0 sends everything from the
@@ -233,6 +238,9 @@ class mpi {
   const mpi_options& options() const { return opt_; }
   /// True when this transport's ranks are on more than one host (mpi_options::network).
   bool crosses_network() const { return network_; }
+  /// The link rate between hosts measured at construction for network_auto (Gbit/s, the
+  /// slowest host's); 0 when nothing was measured.
+  double link_gbps() const { return link_gbps_; }
   /// True when `peer` shares memory with this rank (MPI_COMM_TYPE_SHARED).
   bool same_host(std::size_t peer) const { return peer < size_ && host_[peer] == host_[rank_]; }
   /// Rank q as messages name it: its rank in MPI_COMM_WORLD and its host ("rank 5 on
@@ -407,6 +415,10 @@ class mpi {
   // MPI_COMM_WORLD and host name, for error messages. `all`: known already, or empty.
   GRADSYNC_DECL void find_hosts(std::vector<detail::rank_place> all);
 
+  // Collective: resolves mpi_options::network_auto (mpi/link.hpp), probing the link
+  // between hosts when the ranks span them under an MPI where the cut can pay.
+  GRADSYNC_DECL void choose_network_cut();
+
   GRADSYNC_DECL void release() noexcept;
 
   GRADSYNC_DECL void swap(mpi& o) noexcept;
@@ -435,6 +447,7 @@ class mpi {
   detail::mpi_stall stall_;  // the stall inspector's board (mpi/stall.hpp)
   abort_switch abort_;       // abort()
   bool network_ = false;     // the ranks span hosts (crosses_network)
+  double link_gbps_ = 0;     // measured by choose_network_cut (link_gbps)
   std::vector<std::uint32_t> host_;  // per rank: the lowest rank on its host
   std::vector<std::size_t> world_;   // per rank: its rank in MPI_COMM_WORLD
   std::vector<std::string> names_;   // per rank: its host's name

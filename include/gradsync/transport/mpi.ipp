@@ -205,7 +205,9 @@ GRADSYNC_DECL mpi mpi::split(int color, int key, deadline d) {
   MPI_Comm c = MPI_COMM_NULL;
   detail::check_mpi(MPI_Comm_split(comm_, color, key, &c), "MPI_Comm_split",
                     site(error_site::npos));
-  return mpi(c, opt_, std::move(places), adopt_tag{});
+  mpi child(c, opt_, std::move(places), adopt_tag{});  // opt_ holds this transport's cut
+  child.link_gbps_ = link_gbps_;
+  return child;
 }
 
 GRADSYNC_DECL void mpi::broadcast_native(std::byte* data, std::size_t bytes, std::size_t root,
@@ -282,9 +284,11 @@ GRADSYNC_DECL void mpi::check_usable_and_options(MPI_Comm comm) const {
                 "mpi_options::max_message_bytes must be in [1, INT_MAX], got " +
                     std::to_string(opt_.max_message_bytes));
   }
-  if (opt_.network_message_bytes > static_cast<std::size_t>(INT_MAX)) {
+  if (opt_.network_message_bytes > static_cast<std::size_t>(INT_MAX) &&
+      opt_.network_message_bytes != mpi_options::network_auto) {
     throw error(errc::invalid_argument, {},
-                "mpi_options::network_message_bytes must be in [0, INT_MAX] (0: no split), got " +
+                "mpi_options::network_message_bytes must be in [0, INT_MAX] (0: no split) or "
+                "mpi_options::network_auto, got " +
                     std::to_string(opt_.network_message_bytes));
   }
 }
@@ -302,14 +306,16 @@ GRADSYNC_DECL void mpi::adopt(std::vector<detail::rank_place> places) {
     stall_.setup(size_);
     stage_ = std::make_shared<detail::mpi_stage_pool>(
         opt_.stage_limit_bytes, opt_.stage_limit_bytes > 0 && detail::thp_available());
+    choose_network_cut();
   } catch (...) {
     MPI_Comm_free(&comm_);
     throw;
   }
   log(log_level::debug, rank_,
-      "transport::mpi: rank %zu of %zu%s, max message %zu bytes (%zu to other hosts), sends "
-      "of %zu..%zu bytes staged through huge pages: %s",
-      rank_, size_, network_ ? " across hosts" : " on one host", opt_.max_message_bytes,
+      "transport::mpi: rank %zu of %zu%s, link %.2f Gbit/s measured (0: not measured), max "
+      "message %zu bytes (%zu to other hosts), sends of %zu..%zu bytes staged through huge "
+      "pages: %s",
+      rank_, size_, network_ ? " across hosts" : " on one host", link_gbps_, opt_.max_message_bytes,
       opt_.network_message_bytes ? std::min(opt_.network_message_bytes, opt_.max_message_bytes)
                                  : opt_.max_message_bytes,
       opt_.stage_min_bytes, detail::mpi_stage_pool::page,
@@ -338,6 +344,44 @@ GRADSYNC_DECL void mpi::find_hosts(std::vector<detail::rank_place> all) {
   const bool spans =
       std::any_of(host_.begin(), host_.end(), [&](std::uint32_t h) { return h != host_[0]; });
   network_ = opt_.network == network_hint::yes || (opt_.network == network_hint::detect && spans);
+}
+
+GRADSYNC_DECL void mpi::choose_network_cut() {
+  if (opt_.network_message_bytes != mpi_options::network_auto) return;
+  opt_.network_message_bytes = 0;
+  // Every rank holds the same host table, so all of them take the same branch.
+  std::vector<std::size_t> leaders;  // each host's lowest rank, in rank order
+  for (std::size_t r = 0; r < size_; ++r) {
+    if (host_[r] == r) leaders.push_back(r);
+  }
+  // network_hint::no: the program asked to be tuned as on one host.
+  if (!detail::network_cut_helps || leaders.size() < 2 || opt_.network == network_hint::no) return;
+  const deadline until = deadline::after(default_timeout());
+  const std::uint32_t tag = data_tag(next_seq());
+  double best = 0;  // seconds: this leader's fastest round; 0 on the other ranks
+  const auto me = std::find(leaders.begin(), leaders.end(), rank_);
+  if (me != leaders.end()) {
+    const std::size_t h = leaders.size(), i = static_cast<std::size_t>(me - leaders.begin());
+    const std::size_t to = leaders[(i + 1) % h], from = leaders[(i + h - 1) % h];
+    std::vector<std::byte> out(detail::link_probe_bytes, std::byte{1}),
+        in(detail::link_probe_bytes);
+    for (std::size_t k = 0; k < detail::link_probe_rounds; ++k) {
+      const auto t0 = clock::now();
+      request rq = irecv(from, in.data(), in.size(), tag);
+      request sq = isend(to, out.data(), out.size(), tag);
+      wait(sq, until);
+      wait(rq, until);
+      const double s = std::chrono::duration<double>(clock::now() - t0).count();
+      best = k == 0 ? s : std::min(best, s);
+    }
+  }
+  std::vector<double> all;
+  gradsync::detail::allgather_pod(*this, best, all, data_tag(next_seq()), until);
+  const double slowest = *std::max_element(all.begin(), all.end());
+  link_gbps_ = slowest > 0 ? static_cast<double>(detail::link_probe_bytes) * 8 / slowest / 1e9 : 0;
+  if (link_gbps_ > 0 && link_gbps_ < detail::cut_below_gbps) {
+    opt_.network_message_bytes = detail::network_cut_bytes;
+  }
 }
 
 GRADSYNC_DECL void mpi::release() noexcept {
@@ -374,6 +418,7 @@ GRADSYNC_DECL void mpi::swap(mpi& o) noexcept {
   std::swap(native_stuck_, o.native_stuck_);
   std::swap(clean_, o.clean_);
   std::swap(network_, o.network_);
+  std::swap(link_gbps_, o.link_gbps_);
   std::swap(host_, o.host_);
   std::swap(world_, o.world_);
   std::swap(names_, o.names_);
