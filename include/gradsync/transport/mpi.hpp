@@ -19,7 +19,8 @@
 //
 // Across hosts (crosses_network(), found at construction: mpi/node.hpp) the
 // ring and halving_doubling keep every receive of a step in flight, messages to other
-// hosts can be cut smaller (mpi_options::network_message_bytes), and errors name the
+// hosts are cut smaller on a slow link under MPICH (measured at construction;
+// mpi_options::network_message_bytes), and errors name the
 // job's ranks (MPI_COMM_WORLD) and their hosts (docs/cluster.md).
 //
 // Like MPI_Comm_free, destroying a transport is collective in spirit: destroy it once

@@ -473,8 +473,7 @@ GRADSYNC_DECL mpi::request mpi::post(bool is_send, std::size_t peer, void* buf, 
   r.is_send_ = is_send;
   r.bytes_ = bytes;
   r.piece_ = opt_.max_message_bytes;
-  if (opt_.network_message_bytes &&
-      (host_[peer] != host_[rank_] || opt_.network == network_hint::yes)) {
+  if (opt_.network_message_bytes && (!same_host(peer) || opt_.network == network_hint::yes)) {
     r.piece_ = std::min(r.piece_, opt_.network_message_bytes);
   }
   const std::size_t parts = bytes == 0 ? 1 : (bytes + r.piece_ - 1) / r.piece_;
