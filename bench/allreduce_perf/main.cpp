@@ -59,7 +59,7 @@ void print_banner(const gb::options& o, std::size_t ranks, const char* mode) {
       ranks, gb::type_label(o.type).c_str(), std::string(gs::op_name(o.op)).c_str(), o.min_bytes,
       o.max_bytes, o.factor, o.iters, o.iter_bytes, o.warmup, o.check ? 1 : 0, o.agree ? 1 : 0,
       o.verify ? 1 : 0);
-  if (o.net_msg != static_cast<std::size_t>(-1)) {
+  if (o.net_msg != gb::net_msg_auto) {
     std::printf("# network_message_bytes %zu (given)\n", o.net_msg);
   }
   std::printf(

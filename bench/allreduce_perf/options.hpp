@@ -34,6 +34,10 @@ inline const std::vector<std::string> all_transports = {"local", "shm", "shm_reg
 /// Every peer --peers understands.
 inline const std::vector<std::string> all_peers = {"mpi", "gloo", "stream"};
 
+/// --network-message-bytes auto: transport::mpi_options::network_auto (this header stays
+/// MPI-free; rows_mpi.cpp checks that the two agree).
+inline constexpr std::size_t net_msg_auto = static_cast<std::size_t>(-1);
+
 struct options {
   std::size_t min_bytes = 8;          ///< -b
   std::size_t max_bytes = 32u << 20;  ///< -e
@@ -48,8 +52,8 @@ struct options {
   bool interleave = false;  ///< --interleave: alternate with MPI_Allreduce
   bool p2p = false;         ///< --p2p: after each --interleave pair, time the bare exchange
   std::size_t mpi_stage = std::size_t{64} << 20;  ///< --mpi-stage: mpi_options::stage_limit_bytes
-  /// --network-message-bytes: mpi_options::network_message_bytes (network_auto: the default)
-  std::size_t net_msg = static_cast<std::size_t>(-1);
+  std::size_t net_msg =
+      net_msg_auto;               ///< --network-message-bytes (mpi_options::network_message_bytes)
   dtype type = dtype::f32;        ///< -d
   reduce_op op = reduce_op::sum;  ///< -o
   std::vector<std::string>
@@ -307,7 +311,7 @@ inline options parse_options(int argc, char** argv) {
         o.mpi_stage = parse_size(need(i));
       else if (a == "--network-message-bytes") {
         const std::string v = need(i);
-        o.net_msg = v == "auto" ? static_cast<std::size_t>(-1) : parse_size(v);
+        o.net_msg = v == "auto" ? net_msg_auto : parse_size(v);
       } else if (a == "-d" || a == "--datatype")
         o.type = parse_dtype(need(i));
       else if (a == "-o" || a == "--op")

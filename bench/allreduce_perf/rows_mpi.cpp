@@ -17,6 +17,11 @@
 
 namespace gradsync::bench {
 
+#ifdef GRADSYNC_BENCH_HAVE_MPI_TRANSPORT
+static_assert(net_msg_auto == transport::mpi_options::network_auto,
+              "options.hpp's net_msg_auto must equal mpi_options::network_auto");
+#endif
+
 gradsync_totals run_mpi_rows(MPI_Comm comm, group& g, const options& o, csv_writer& csv,
                              const std::string& mpi_name) {
 #ifdef GRADSYNC_BENCH_HAVE_MPI_TRANSPORT
