@@ -3,6 +3,7 @@
 // what an algorithm's run() receives with the data, and the tags its messages carry.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 
@@ -31,10 +32,17 @@ struct call_options {
   /// an allreducer sets its own. nullptr: not recorded.
   flight_recorder* recorder = nullptr;
 
-  /// The deadline of a call starting now.
-  deadline make_deadline() const {
-    return deadline::after(timeout.count() < 0 ? default_timeout() : timeout);
+  /// `timeout`, or default_timeout() when it is < 0; NaN is an invalid_argument error
+  /// naming the option (inf, or any value past ~292 years, means no deadline).
+  seconds_d resolved_timeout() const {
+    if (std::isnan(timeout.count()))
+      throw error(errc::invalid_argument, {},
+                  "call_options::timeout must be a number of seconds (inf: no deadline; < 0: "
+                  "GRADSYNC_TIMEOUT's default), got NaN");
+    return timeout.count() < 0 ? default_timeout() : timeout;
   }
+  /// The deadline of a call starting now.
+  deadline make_deadline() const { return deadline::after(resolved_timeout()); }
 };
 
 /// Everything an algorithm's run() gets besides the data.

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Deadlines: every wait in gradsync has one. The default is 300 s, overridden by the
-// GRADSYNC_TIMEOUT environment variable (seconds) or per call.
+// GRADSYNC_TIMEOUT environment variable (seconds) or per call. A timeout longer than the
+// clock can count (`inf`, `1e30`: past ~292 years) means no deadline; NaN is refused.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -76,12 +78,30 @@ inline seconds_d stall_threshold(seconds_d deadline) {
   return detail::env_seconds("GRADSYNC_STALL_WARN", std::max(deadline / 10, seconds_d{5}));
 }
 
+namespace detail {
+/// `from + d` on the steady clock, saturated: a `d` past what the clock can count
+/// (GRADSYNC_TIMEOUT=inf, 1e30) gives time_point::max(), never reached, where a
+/// duration_cast would overflow (undefined; on x86 a deadline in the past). NaN gives
+/// max() too, but the callers refuse it first, naming where it came from.
+inline clock::time_point time_after(clock::time_point from, seconds_d d) {
+  // One second of margin covers the rounding of the room to a double.
+  if (!(d < seconds_d(clock::time_point::max() - from) - seconds_d{1}))
+    return clock::time_point::max();
+  if (d <= -seconds_d(from.time_since_epoch())) return clock::time_point{};
+  return from + std::chrono::duration_cast<clock::duration>(d);
+}
+}  // namespace detail
+
 /// A point in time after which a wait gives up with errc::timeout.
 struct deadline {
   clock::time_point at;
 
+  /// `d` from now; `d` past ~292 years means never (time_point::max()). NaN is an
+  /// invalid_argument error.
   static deadline after(seconds_d d) {
-    return {clock::now() + std::chrono::duration_cast<clock::duration>(d)};
+    if (std::isnan(d.count()))
+      throw error(errc::invalid_argument, {}, "a timeout of NaN seconds (give a number, or inf)");
+    return {detail::time_after(clock::now(), d)};
   }
   bool expired() const { return clock::now() >= at; }
   double seconds_left() const { return seconds_d(at - clock::now()).count(); }

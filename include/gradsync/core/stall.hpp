@@ -62,8 +62,8 @@ class stall_watch {
     seq_ = seq;
     note_ = note;
     entered_ = seq + 1;
-    next_ = clock::now() + std::chrono::duration_cast<clock::duration>(warn_);
-    start_ = next_ - std::chrono::duration_cast<clock::duration>(warn_);
+    start_ = clock::now();
+    next_ = detail::time_after(start_, warn_);  // saturates: GRADSYNC_STALL_WARN=inf never warns
   }
   /// Calls this rank has entered (the last call's seq + 1; 0: none yet).
   std::uint64_t entered() const { return entered_; }
@@ -72,7 +72,7 @@ class stall_watch {
   /// no warning was given within the last threshold); then the next is a threshold later.
   bool due(clock::time_point now) {
     if (entered_ == 0 || now < next_) return false;
-    next_ = now + std::chrono::duration_cast<clock::duration>(warn_);
+    next_ = detail::time_after(now, warn_);
     return true;
   }
   /// The threshold.

@@ -133,7 +133,7 @@ GRADSYNC_DECL allreducer_core::allreducer_core(std::size_t rank, std::size_t siz
                   "\",compression=\"" + std::string(names.compression) + "\""),
       reg_(rank, fusion, o.bucket_bytes),
       pool_(t, place),
-      stall_(stall_threshold(opt_.timeout.count() < 0 ? default_timeout() : opt_.timeout)),
+      stall_(stall_threshold(opt_.resolved_timeout())),
       bg_(o.background_thread, o.progress_nice) {
   log(log_level::info, rank,
       "allreducer: transport=%s algorithm=%s fusion=%s (bucket %zu B, first %zu B) "

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+// Hostile and broken input (docs/reliability.md): values that come from the environment,
+// the caller's options or a peer are checked before they become a deadline, a size or an
+// index. Each case names the input, the error (or the saturated behaviour) it must give,
+// and would fail, or write out of bounds, without its check.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gradsync/gradsync.hpp>
+
+#include "watchdog.hpp"
+
+namespace gs = gradsync;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Sets an environment variable while alive.
+struct env_var {
+  env_var(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~env_var() { ::unsetenv(name_); }
+  env_var(const env_var&) = delete;
+  env_var& operator=(const env_var&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// The error `f` throws; fails the test case when it throws nothing.
+template <class F>
+gs::error thrown(F&& f) {
+  try {
+    f();
+  } catch (const gs::error& e) {
+    return e;
+  }
+  FAIL("no gradsync::error thrown");
+  return gs::error(gs::errc::transport, {}, "unreachable");
+}
+
+}  // namespace
+
+TEST_CASE("deadline: GRADSYNC_TIMEOUT=inf and 1e30 mean no deadline, not an expired one") {
+  for (const std::string v : {"inf", "1e30", "1e300", "1e9"}) {
+    CAPTURE(v);
+    env_var e("GRADSYNC_TIMEOUT", v.c_str());
+    const gs::deadline d = gs::deadline::after(gs::read_timeout_env());
+    CHECK_FALSE(d.expired());
+    CHECK(d.seconds_left() > 1e8);
+    // The stall threshold derived from it (a tenth) saturates as well.
+    gs::stall_watch w(gs::stall_threshold(gs::read_timeout_env()));
+    w.enter(0, {});
+    CHECK_FALSE(w.due(gs::clock::now() + std::chrono::hours(24 * 365)));
+  }
+  for (const double v : {1e30, std::numeric_limits<double>::infinity(), 9.3e9}) {
+    CAPTURE(v);
+    const gs::call_options opt{.timeout = gs::seconds_d{v}};
+    CHECK_FALSE(opt.make_deadline().expired());
+  }
+  // A deadline far in the past saturates too (no overflow).
+  CHECK(gs::deadline::after(gs::seconds_d{-1e30}).expired());
+}
+
+TEST_CASE("deadline: NaN, negative and zero GRADSYNC_TIMEOUT are refused naming the variable") {
+  for (const std::string v : {"nan", "-nan", "-5", "0", "-inf", "5s", " "}) {
+    CAPTURE(v);
+    env_var e("GRADSYNC_TIMEOUT", v.c_str());
+    const gs::error err = thrown([] { (void)gs::read_timeout_env(); });
+    CHECK(err.code() == gs::errc::invalid_argument);
+    CHECK(contains(err.what(), "GRADSYNC_TIMEOUT"));
+  }
+  env_var e("GRADSYNC_STALL_WARN", "nan");
+  const gs::error err = thrown([] { (void)gs::stall_threshold(gs::seconds_d{300}); });
+  CHECK(err.code() == gs::errc::invalid_argument);
+  CHECK(contains(err.what(), "GRADSYNC_STALL_WARN"));
+}
+
+TEST_CASE("deadline: call_options::timeout = NaN is refused naming the option") {
+  const gs::call_options opt{.timeout = gs::seconds_d{std::nan("")}};
+  const gs::error err = thrown([&] { (void)opt.make_deadline(); });
+  CHECK(err.code() == gs::errc::invalid_argument);
+  CHECK(contains(err.what(), "call_options::timeout"));
+}
+
+TEST_CASE("deadline: an allreduce with timeout 1e30 completes instead of timing out at once") {
+  gs::testbed::watchdog dog(60, "allreduce with a 1e30 s timeout");
+  gs::transport::run_local(2, [](gs::transport::local& t) {
+    std::vector<float> v(1000, float(t.rank() + 1));
+    gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum,
+                                  {.timeout = gs::seconds_d{1e30}});
+    CHECK(v[999] == 3.0f);
+  });
+}
