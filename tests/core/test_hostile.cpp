@@ -101,3 +101,25 @@ TEST_CASE("deadline: an allreduce with timeout 1e30 completes instead of timing 
     CHECK(v[999] == 3.0f);
   });
 }
+
+TEST_CASE("shape: rows x cols that wraps size_t is refused at add(), naming the tensor") {
+  gs::testbed::watchdog dog(60, "wrapping shape");
+  // (2^61 + 64) x 16 = 2^65 + 1024: 1024 modulo 2^64, the tensor's count.
+  const gs::matrix_shape bogus{(std::size_t{1} << 61) + 64, 16};
+  gs::transport::run_local(1, [&](gs::transport::local& t) {
+    using powersgd_t = gs::allreducer<gs::transport::local, gs::algo::ring,
+                                      gs::fusion::bucket<1 << 20>, gs::compress::powersgd<4>>;
+    powersgd_t ar(t);
+    std::vector<float> w(1024);
+    const gs::error err = thrown([&] { ar.add(std::span<float>(w), "layer1.weight", bogus); });
+    CHECK(err.code() == gs::errc::invalid_argument);
+    CHECK(contains(err.what(), "tensor #0 ('layer1.weight') has 1024 elements"));
+    CHECK(contains(err.what(), "overflows"));
+  });
+  // The codec's own test of whether a shape gains must not wrap either: before, this
+  // shape "gained", and the factors' sizes (4 x 2^61 ...) wrapped past the scratch.
+  CHECK_FALSE(gs::compress::powersgd<4>::worth(bogus.rows, bogus.cols));
+  CHECK_FALSE(gs::compress::powersgd<64>::worth(std::size_t{1} << 57, 66));
+  CHECK(gs::compress::powersgd<4>::worth(64, 64));
+  CHECK_FALSE(gs::compress::powersgd<4>::worth(8, 8));
+}

@@ -36,9 +36,13 @@ struct powersgd {
   template <class T>
   static constexpr bool compresses = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
-  /// True when a rows x cols matrix gains from rank Rank factors.
+  /// True when a rows x cols matrix gains from rank Rank factors. Checked products: a
+  /// shape whose size wraps size_t is no matrix in memory and never gains (rows + cols
+  /// cannot wrap once rows * cols did not, both being > 1).
   static constexpr bool worth(std::size_t rows, std::size_t cols) {
-    return rows > Rank && cols > Rank && 2 * Rank * (rows + cols) < rows * cols;
+    std::size_t elements = 0, factors = 0;
+    return rows > Rank && cols > Rank && !__builtin_mul_overflow(rows, cols, &elements) &&
+           !__builtin_mul_overflow(2 * Rank, rows + cols, &factors) && factors < elements;
   }
 
   template <class T, class Op>

@@ -63,11 +63,18 @@ class tensor_registry {
           errc::invalid_argument, site(),
           "tensor #" + std::to_string(descs_.size()) + " has a null pointer and a non-zero count");
     }
-    if ((shape.rows || shape.cols) && shape.rows * shape.cols != r.count) {
+    // Checked multiply: a product that wraps could equal the count, and PowerSGD would
+    // then size its factors from the bogus shape.
+    std::size_t elements = 0;
+    const bool wraps =
+        (shape.rows || shape.cols) && __builtin_mul_overflow(shape.rows, shape.cols, &elements);
+    if ((shape.rows || shape.cols) && (wraps || elements != r.count)) {
       throw error(errc::invalid_argument, site(),
-                  "tensor #" + std::to_string(descs_.size()) + " has " + std::to_string(r.count) +
-                      " elements but its shape is " + std::to_string(shape.rows) + " x " +
-                      std::to_string(shape.cols));
+                  "tensor #" + std::to_string(descs_.size()) +
+                      (name.empty() ? std::string() : " ('" + name + "')") + " has " +
+                      std::to_string(r.count) + " elements but its shape is " +
+                      std::to_string(shape.rows) + " x " + std::to_string(shape.cols) +
+                      (wraps ? " (whose product overflows size_t)" : ""));
     }
     descs_.push_back({r.count, r.type, std::move(name), shape});
     ptrs_.push_back(r.data);
