@@ -345,8 +345,8 @@ TEST_CASE(
     CHECK(msgs[r].find("rank 2 has count 106 float32") != std::string::npos);
     CHECK(msgs[r].find("rank 0 has count 105 float32") != std::string::npos);
     CHECK(msgs[r].find("rank " + std::to_string(r)) != std::string::npos);
+    CHECK(msgs[r].find("'layer5.weight'") != std::string::npos);  // every rank names it
   }
-  CHECK(msgs[2].find("'layer5.weight'") != std::string::npos);
 }
 
 TEST_CASE("plan mismatch: a rank with fewer tensors is named, and nobody hangs") {

@@ -129,7 +129,9 @@ void check_plan_on(Tr& t, std::span<const tensor_desc> tensors, const plan& p, d
     }
     ++shown;
     std::string here;
-    if (q == r && f.index < tensors.size() && !tensors[f.index].name.empty()) {
+    // Every rank that has tensor #index names it: the ranks differ in its shape, not
+    // its role, so each one's own name points at the layer (a rank without it says so).
+    if (f.index < tensors.size() && !tensors[f.index].name.empty()) {
       here = " '" + tensors[f.index].name + "'";
     }
     msg += "\n  first differing tensor is #" + std::to_string(f.index) + here + ": " + who +
