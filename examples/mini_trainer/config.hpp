@@ -4,9 +4,14 @@
 // checkpoint, so a resume with different values is refused with a message naming both.
 #pragma once
 
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -114,22 +119,68 @@ inline std::string usage_text() {
 
 namespace detail {
 
-inline std::uint64_t parse_uint(std::string_view flag, const std::string& v) {
-  char* end = nullptr;
-  const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || v[0] == '-') {
+/// A decimal integer in [0, max], digits only: strtoull alone skips leading blanks, reads
+/// " -1" as 2^64 - 1 and saturates what overflows (ERANGE).
+inline std::uint64_t parse_uint(std::string_view flag, const std::string& v,
+                                std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
+  const bool digits =
+      !v.empty() && std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (!digits) {
     throw usage_error(std::string(flag) + " needs a non-negative integer, got '" + v + "'");
+  }
+  errno = 0;
+  const unsigned long long x = std::strtoull(v.c_str(), nullptr, 10);
+  if (errno == ERANGE || x > max) {
+    throw usage_error(std::string(flag) + " must be at most " + std::to_string(max) + ", got '" +
+                      v + "'");
   }
   return x;
 }
 
+/// A finite number (no leading blanks, no NaN or infinity, nor a value that overflows).
 inline double parse_double(std::string_view flag, const std::string& v) {
   char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0') {
-    throw usage_error(std::string(flag) + " needs a number, got '" + v + "'");
+  errno = 0;
+  const double x = v.empty() || std::isspace(static_cast<unsigned char>(v[0]))
+                       ? std::nan("")
+                       : std::strtod(v.c_str(), &end);
+  if (!end || *end != '\0' || errno == ERANGE || !std::isfinite(x)) {
+    throw usage_error(std::string(flag) + " needs a finite number, got '" + v + "'");
   }
   return x;
+}
+
+/// A finite number that a float holds (--lr, --momentum).
+inline float parse_float(std::string_view flag, const std::string& v) {
+  const double x = parse_double(flag, v);
+  if (std::fabs(x) > std::numeric_limits<float>::max()) {
+    throw usage_error(std::string(flag) + " is out of float's range, got '" + v + "'");
+  }
+  return static_cast<float>(x);
+}
+
+/// Ranks, node sizes and rank numbers: MPI counts them in int, and the trainer casts.
+inline constexpr std::uint64_t max_ranks = std::numeric_limits<int>::max();
+/// The largest model --hidden may build: 2^31 parameters (8 GiB per copy of the weights;
+/// a rank keeps weights, gradients and momentum). Checked before anything is allocated,
+/// so a width that would wrap the count cannot size a buffer.
+inline constexpr std::uint64_t max_params = std::uint64_t{1} << 31;
+
+/// Parameters of the MLP {784, hidden..., 10} (weights and biases), or max_params + 1
+/// when there are more than max_params (the product or the sum would wrap).
+inline std::uint64_t param_count(const std::vector<std::size_t>& hidden) {
+  std::vector<std::uint64_t> dims{784};
+  dims.insert(dims.end(), hidden.begin(), hidden.end());
+  dims.push_back(10);
+  std::uint64_t total = 0;
+  for (std::size_t l = 0; l + 1 < dims.size(); ++l) {
+    std::uint64_t layer = 0;
+    if (dims[l] >= max_params || __builtin_mul_overflow(dims[l + 1], dims[l] + 1, &layer) ||
+        __builtin_add_overflow(total, layer, &total) || total > max_params) {
+      return max_params + 1;
+    }
+  }
+  return total;
 }
 
 inline bool is_pow2(std::size_t x) {
@@ -167,17 +218,17 @@ inline config parse_args(int argc, char** argv, config c = {},
     else if (a == "--no-error-feedback")
       c.error_feedback = false;
     else if (a == "--ranks")
-      c.ranks = parse_uint(a, value());
+      c.ranks = parse_uint(a, value(), detail::max_ranks);
     else if (a == "--node-ranks")
-      c.node_ranks = parse_uint(a, value());
+      c.node_ranks = parse_uint(a, value(), detail::max_ranks);
     else if (a == "--epochs")
       c.epochs = parse_uint(a, value());
     else if (a == "--batch")
       c.batch = parse_uint(a, value());
     else if (a == "--lr")
-      c.lr = static_cast<float>(parse_double(a, value()));
+      c.lr = detail::parse_float(a, value());
     else if (a == "--momentum")
-      c.momentum = static_cast<float>(parse_double(a, value()));
+      c.momentum = detail::parse_float(a, value());
     else if (a == "--seed")
       c.seed = parse_uint(a, value());
     else if (a == "--data")
@@ -203,9 +254,9 @@ inline config parse_args(int argc, char** argv, config c = {},
     else if (a == "--stop-after")
       c.stop_after = parse_uint(a, value());
     else if (a == "--inject-divergence")
-      c.inject_divergence = static_cast<long>(parse_uint(a, value()));
+      c.inject_divergence = static_cast<long>(parse_uint(a, value(), detail::max_ranks - 1));
     else if (a == "--throttle-ms")
-      c.throttle_ms = parse_uint(a, value());
+      c.throttle_ms = parse_uint(a, value(), 86'400'000);  // a day: chrono's ms must not wrap
     else if (a == "--quiet")
       c.quiet = true;
     else if (a == "--hidden") {
@@ -235,8 +286,16 @@ inline config parse_args(int argc, char** argv, config c = {},
   if (c.fusion != "none" && c.fusion != "bucket") {
     throw usage_error("--fusion must be none or bucket, got '" + c.fusion + "'");
   }
-  if (!(c.bucket_mb >= 1.0 / 1024))
-    throw usage_error("--bucket-mb must be at least 1/1024 (1 KiB)");
+  if (!(c.bucket_mb >= 1.0 / 1024 && c.bucket_mb <= 65536)) {
+    throw usage_error("--bucket-mb must be between 1/1024 (1 KiB) and 65536 (64 GiB), got " +
+                      std::to_string(c.bucket_mb));
+  }
+  if (detail::param_count(c.hidden) > detail::max_params) {
+    std::string widths;
+    for (std::size_t w : c.hidden) widths += (widths.empty() ? "" : ",") + std::to_string(w);
+    throw usage_error("--hidden " + widths + " builds a model of more than " +
+                      std::to_string(detail::max_params) + " parameters");
+  }
   if (c.compress != "none" && c.compress != "fp16" && c.compress != "bf16" &&
       c.compress != "int8" && c.compress != "topk" && c.compress != "powersgd") {
     throw usage_error("--compress must be none, fp16, bf16, int8, topk or powersgd, got '" +
@@ -293,7 +352,8 @@ inline std::size_t checked_steps_per_epoch(const config& cfg, std::size_t ranks,
   }
   if (train_samples / B == 0) {
     throw usage_error("the training set has " + std::to_string(train_samples) +
-                      " samples, fewer than one global batch of " + std::to_string(B));
+                      " samples, fewer than one global batch of " + std::to_string(B) +
+                      " (--batch)");
   }
   return train_samples / B;
 }

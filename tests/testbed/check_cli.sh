@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# tests/testbed/check_cli.sh NAME VERSION FLAG PROGRAM: the command-line conventions of
-# every program: --help prints the usage to stdout and exits 0; --version prints
-# "NAME (gradsync VERSION)" and exits 0; an unknown flag and a bad value of FLAG exit 2
-# with a message on stderr naming the flag.
+# tests/testbed/check_cli.sh NAME VERSION FLAG PROGRAM [BAD_FLAG BAD_VALUE]...: the
+# command-line conventions of every program: --help prints the usage to stdout and exits
+# 0; --version prints "NAME (gradsync VERSION)" and exits 0; an unknown flag and a bad
+# value of FLAG exit 2 with a message on stderr naming the flag. Each further pair is a
+# value that must be refused the same way (out of range, wrapping, " -1", NaN), not
+# crash the program or run it.
 set -uo pipefail
 name=${1:?name} version=${2:?version} flag=${3:?flag} prog=${4:?program}
+shift 4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -30,5 +33,12 @@ run --no-such-flag
 run "$flag" not-a-number
 { [ "$rc" -eq 2 ] && grep -q -- "$flag" "$tmp/err"; } ||
   bad "$flag not-a-number: exit $rc, want 2 naming $flag on stderr"
-[ "$fail" -eq 0 ] && echo "ok: $name --help, --version, unknown flag, bad $flag value"
+pairs=$(($# / 2))
+while [ "$#" -ge 2 ]; do
+  run "$1" "$2"
+  { [ "$rc" -eq 2 ] && grep -q -- "$1" "$tmp/err"; } ||
+    bad "$1 '$2': exit $rc, want 2 naming $1 on stderr"
+  shift 2
+done
+[ "$fail" -eq 0 ] && echo "ok: $name --help, --version, unknown flag, bad $flag value, $pairs bad values"
 exit "$fail"
