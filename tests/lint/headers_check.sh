@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/lint/headers_check.sh ROOT CXX...: every public header compiles on its own (a
 # translation unit that includes only it, -fsyntax-only, -Wall -Wextra -Werror), so no
-# header leans on what another happened to include first. MPI and CUDA include paths are
-# given to every header (where found); .cuh files need nvcc and are covered by
+# header leans on what another happened to include first. MPI, CUDA and libtorch include
+# paths are given to every header (where found); .cuh files need nvcc and are covered by
 # tests/cuda/all_cuh.cu. Two at a time: this machine has 2 cores. A forwarding header
 # (a deprecated path, its one include marked "gradsync: forwarding header") is not
 # compiled: its target is, so it only has to name a header that exists. The headers with
@@ -18,6 +18,9 @@ flags=(-std=c++20 -fsyntax-only -Wall -Wextra -Werror -DOMPI_SKIP_MPICXX=1 -DMPI
 mpi=$(pkg-config --cflags-only-I ompi-cxx 2>/dev/null || pkg-config --cflags-only-I mpich 2>/dev/null)
 # shellcheck disable=SC2206
 [ -n "$mpi" ] && flags+=(${mpi//-I/-isystem })
+# libtorch's C++ API, for include/gradsync/torch/ (Debian's libtorch-dev).
+torch_api=/usr/include/torch/csrc/api/include
+[ -d "$torch_api" ] && flags+=(-isystem "$torch_api")
 for cuda in /usr/local/cuda/include /usr/local/cuda/include/cccl; do
   [ -d "$cuda" ] && flags+=(-isystem "$cuda")
 done

@@ -22,6 +22,8 @@ LAYERS = [
      'allreducer_options.hpp', 'process_set.hpp'),
     ('allreducer.hpp',),
     ('gradsync.hpp', 'src.hpp', 'src_mpi.hpp'),
+    # Integrations with a framework: only programs that link it include them.
+    ('torch',),
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 # Deprecated folders: their headers only forward.
