@@ -5,9 +5,13 @@
 // and would fail, or write out of bounds, without its check.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <string>
@@ -122,4 +126,88 @@ TEST_CASE("shape: rows x cols that wraps size_t is refused at add(), naming the 
   CHECK_FALSE(gs::compress::powersgd<64>::worth(std::size_t{1} << 57, 66));
   CHECK(gs::compress::powersgd<4>::worth(64, 64));
   CHECK_FALSE(gs::compress::powersgd<4>::worth(8, 8));
+}
+
+namespace {
+
+// A compress::channel for rank `me` of `n` whose allgather hands back `blocks` (every
+// rank's block as gathered, the same table on every rank), so a test can corrupt a peer's.
+struct scripted_channel {
+  std::size_t me = 0, n = 2;
+  std::vector<std::vector<std::byte>> blocks;
+  std::vector<std::vector<std::byte>> held;
+
+  std::size_t ranks() const { return n; }
+  std::size_t rank() const { return me; }
+  template <class W, class WOp>
+  void allreduce(std::span<W>, WOp) {}
+  void allgather(std::span<const std::byte> mine, std::span<std::byte> all) {
+    for (std::size_t r = 0; r < n; ++r) {
+      REQUIRE(blocks[r].size() == mine.size());
+      std::copy(blocks[r].begin(), blocks[r].end(),
+                all.begin() + static_cast<std::ptrdiff_t>(r * mine.size()));
+    }
+  }
+  std::span<std::byte> scratch(std::size_t bytes) {
+    held.emplace_back(bytes);
+    return held.back();
+  }
+  template <class F>
+  void timed(std::string_view, F&& f) {
+    f();
+  }
+  std::span<const gs::compress::tensor_part> tensors() const { return {}; }
+};
+static_assert(gs::compress::channel<scripted_channel>);
+
+}  // namespace
+
+TEST_CASE("topk: a peer's index outside the bucket is errc::mismatch on every rank, no write") {
+  using codec = gs::compress::topk<10>::codec<float, gs::op::sum_t>;
+  const std::size_t count = 2000, k = gs::compress::topk<10>::keep(count);  // 20
+  std::vector<float> input(count);
+  for (std::size_t i = 0; i < count; ++i) input[i] = float(i % 97) - 48.0f;
+  // Rank 1's block as its encoder makes it: k values, then k ascending indices.
+  std::vector<std::uint32_t> idx(k);
+  gs::kernels::topk_indices(idx.data(), input.data(), count, k);
+  std::vector<std::byte> good(k * 8);
+  for (std::size_t j = 0; j < k; ++j) {
+    std::memcpy(good.data() + j * 4, &input[idx[j]], 4);
+    std::memcpy(good.data() + k * 4 + j * 4, &idx[j], 4);
+  }
+  struct corruption {
+    std::uint32_t index;
+    const char* says;
+  };
+  for (const corruption c : {corruption{0xfffffff0u, "index 4294967280 at position 7"},
+                             corruption{std::uint32_t(count), "index 2000 at position 7"},
+                             corruption{idx[6], "not above the index before it"}}) {
+    CAPTURE(c.index);
+    std::vector<std::byte> bad = good;
+    std::memcpy(bad.data() + k * 4 + 7 * 4, &c.index, 4);
+    // Both ranks hold the same gathered table (rank 1's block is bad in both), so both
+    // raise the same error; the bucket is left as it was, and nothing lands past it.
+    for (std::size_t me : {0, 1}) {
+      CAPTURE(me);
+      scripted_channel ch{me, 2, {good, bad}, {}};
+      std::vector<float> x(count + 64, 0.0f);
+      std::copy(input.begin(), input.end(), x.begin());
+      codec::state st;
+      const gs::error err =
+          thrown([&] { codec::run(ch, std::span<float>(x.data(), count), st, nullptr); });
+      CHECK(err.code() == gs::errc::mismatch);
+      CHECK(contains(err.what(), "rank 1 sent index "));
+      CHECK(contains(err.what(), c.says));
+      CHECK(err.site().peer == 1);
+      CHECK(err.site().rank == me);
+      CHECK(std::equal(input.begin(), input.end(), x.begin()));
+      CHECK(std::all_of(x.begin() + count, x.end(), [](float v) { return v == 0.0f; }));
+    }
+  }
+  // The same blocks, sound: decoded (rank 0's and rank 1's values added).
+  scripted_channel ch{0, 2, {good, good}, {}};
+  std::vector<float> x = input;
+  codec::state st;
+  codec::run(ch, std::span<float>(x), st, nullptr);
+  CHECK(x[idx[0]] == 2 * input[idx[0]]);
 }

@@ -2,7 +2,8 @@
 // The compression codecs' device kernels on a real GPU, bitwise against their host twins:
 // int8 (block scales, codes with residual, decode of summed codes, a NaN block and a zero
 // block), top-k (radix select with many ties, with and without error feedback's `add`,
-// gather with the residual cleared, rank-ordered scatter-add) and PowerSGD (seeded Q,
+// gather with the residual cleared, rank-ordered scatter-add, a peer's index past the
+// bucket refused without a write) and PowerSGD (seeded Q,
 // M Q with `add`, Gram-Schmidt, M^T P, P Q^T with the residual), float and double.
 // Exits 77 without a GPU.
 #include <cuda_runtime.h>
@@ -13,10 +14,12 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include <gradsync/core/dtype.hpp>
+#include <gradsync/core/error.hpp>
 #include <gradsync/kernels/lowrank.cuh>
 #include <gradsync/kernels/lowrank.hpp>
 #include <gradsync/kernels/quantize.cuh>
@@ -143,8 +146,11 @@ void topk_case(std::size_t n, std::size_t k, bool coarse, bool with_add) {
   T* dres = gpu_test::to_device(got_x);
   dev::topk_gather(dv, dres, dx, di, k, scale, nullptr);
   std::uint32_t* dmirror = gpu_test::to_device(mirror);
-  dev::topk_scatter_add(dsum, dv, di, k, nullptr);
-  dev::topk_scatter_add(dsum, dv, dmirror, k, nullptr);
+  unsigned long long* dfault = gpu_test::to_device(std::vector<unsigned long long>(2));
+  dev::topk_clear_faults(dfault, 2, nullptr);
+  dev::topk_scatter_add(dsum, n, dv, di, k, dfault, nullptr);
+  dev::topk_scatter_add(dsum, n, dv, dmirror, k, dfault + 1, nullptr);
+  dev::topk_raise_faults(dfault, 2, n, 0, nullptr);  // sound blocks: no error
   GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
   char what[96];
   std::snprintf(what, sizeof what, "top-k %s n=%zu k=%zu%s%s", type_name<T>(), n, k,
@@ -157,7 +163,42 @@ void topk_case(std::size_t n, std::size_t k, bool coarse, bool with_add) {
   std::printf("%s: checked\n", what);
   for (void* p : {static_cast<void*>(dx), static_cast<void*>(dadd), static_cast<void*>(di),
                   static_cast<void*>(dv), static_cast<void*>(dres), static_cast<void*>(dsum),
-                  static_cast<void*>(dmirror)}) {
+                  static_cast<void*>(dmirror), static_cast<void*>(dfault)}) {
+    cudaFree(p);
+  }
+}
+
+// A peer's block with an index past the bucket (issue 54): the scatter writes nothing
+// outside x (the guard elements past it stay 0), adds the sound entries, and
+// topk_raise_faults names the peer, the position and the index.
+template <class T>
+void topk_bad_index_case() {
+  const std::size_t n = 1000, guard = 64;
+  const std::vector<std::uint32_t> good{1, 5, 9}, bad{2, 7, static_cast<std::uint32_t>(n + 3)};
+  const std::vector<T> val{T(1), T(2), T(3)};
+  T* dx = gpu_test::to_device(std::vector<T>(n + guard, T(0)));
+  T* dv = gpu_test::to_device(val);
+  std::uint32_t* dgood = gpu_test::to_device(good);
+  std::uint32_t* dbad = gpu_test::to_device(bad);
+  unsigned long long* dfault = gpu_test::to_device(std::vector<unsigned long long>(3));
+  dev::topk_clear_faults(dfault, 3, nullptr);
+  dev::topk_scatter_add(dx, n, dv, dgood, good.size(), dfault, nullptr);
+  dev::topk_scatter_add(dx, n, dv, dbad, bad.size(), dfault + 2, nullptr);
+  std::string what;
+  try {
+    dev::topk_raise_faults(dfault, 3, n, 1, nullptr);
+  } catch (const gradsync::error& e) {
+    GPU_CHECK(e.code() == gradsync::errc::mismatch, "%s", e.what());
+    what = e.what();
+  }
+  GPU_CHECK(what.find("rank 2 sent index 1003 at position 2") != std::string::npos,
+            "topk bad index %s: error '%s'", type_name<T>(), what.c_str());
+  std::vector<T> want(n + guard, T(0));
+  want[1] = T(1), want[5] = T(2), want[9] = T(3), want[2] = T(1), want[7] = T(2);
+  SAME(gpu_test::to_host(dx, n + guard), want, "topk bad index: only the sound entries added");
+  std::printf("top-k bad index %s: checked\n", type_name<T>());
+  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dv), static_cast<void*>(dgood),
+                  static_cast<void*>(dbad), static_cast<void*>(dfault)}) {
     cudaFree(p);
   }
 }
@@ -217,6 +258,7 @@ void all_for() {
       }
     }
   }
+  topk_bad_index_case<T>();
   lowrank_case<1, T>(300, 77);
   lowrank_case<4, T>(513, 200);
 }

@@ -99,6 +99,18 @@ struct topk {
       });
       ch.allgather(std::span<const std::byte>(mine, block), buf.subspan(block, n * block));
       ch.timed("decompress", [&] {
+        // Every block is checked before x is touched: an index from a corrupt or mismatched
+        // peer must not write past x. All ranks check the same gathered bytes in the same
+        // order, so all raise the same error here and none is left waiting.
+        for (std::size_t r = 0; r < n; ++r) {
+          const auto* idx =
+              reinterpret_cast<const std::uint32_t*>(buf.data() + (1 + r) * block + k * sizeof(T));
+          const std::size_t j = kernels::topk_first_bad(idx, k, count);
+          if (j < k) {
+            throw kernels::topk_index_error(ch.rank(), r, j, idx[j], count,
+                                            j ? &idx[j - 1] : nullptr);
+          }
+        }
         std::memset(x.data(), 0, count * sizeof(T));
         for (std::size_t r = 0; r < n; ++r) {
           const std::byte* b = buf.data() + (1 + r) * block;

@@ -19,12 +19,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "gradsync/core/cuda_check.hpp"
 #include "gradsync/kernels/elementwise.cuh"
 #include "gradsync/kernels/magnitude.hpp"
 #include "gradsync/kernels/radix_select.hpp"
 #include "gradsync/kernels/rounding.hpp"
+#include "gradsync/kernels/select.hpp"
 
 namespace gradsync::kernels::device {
 
@@ -198,11 +200,20 @@ __global__ void __launch_bounds__(block_threads)
 }
 
 /// x[idx[j]] += val[j]: one rank's block of the decode (indices distinct within a block).
+/// An index outside x's `count` elements is not written; the lowest such position is kept
+/// in *fault as (position << 32 | index) (positions < k < 2^31).
 template <class T>
 __global__ void __launch_bounds__(block_threads)
-    scatter_add_kernel(T* x, const T* val, const std::uint32_t* idx, std::size_t k) {
-  for (std::size_t j = thread_index(); j < k; j += thread_count())
-    x[idx[j]] = add_rn(x[idx[j]], val[j]);
+    scatter_add_kernel(T* x, std::size_t count, const T* val, const std::uint32_t* idx,
+                       std::size_t k, unsigned long long* fault) {
+  for (std::size_t j = thread_index(); j < k; j += thread_count()) {
+    const std::uint32_t i = idx[j];
+    if (i < count) {
+      x[i] = add_rn(x[i], val[j]);
+    } else if (fault) {
+      atomicMin(fault, (static_cast<unsigned long long>(j) << 32) | i);
+    }
+  }
 }
 
 /// The values sent for the picked indices (and the residual's sent entries cleared).
@@ -214,14 +225,42 @@ void topk_gather(T* val, T* residual, const T* v, const std::uint32_t* idx, std:
       <<<grid_for(k), block_threads, 0, stream>>>(val, residual, v, idx, k, scale);
   check_launch("gather_values_kernel");
 }
-/// Adds one rank's (values, indices) block into x; call it for the ranks in rank order
-/// (into a zeroed x) for the host decode's bits.
+/// Where a decode met an index outside its bucket: one word per peer, in device memory.
+/// topk_clear_faults before the decode, topk_raise_faults after it.
+inline constexpr unsigned long long topk_no_fault = ~0ull;
+
+/// Sets faults[0..n) to topk_no_fault.
+inline void topk_clear_faults(unsigned long long* faults, std::size_t n, cudaStream_t stream) {
+  GRADSYNC_CUDA_CHECK(cudaMemsetAsync(faults, 0xff, n * sizeof(unsigned long long), stream));
+}
+
+/// Adds one rank's (values, indices) block into x (`count` elements); call it for the ranks
+/// in rank order (into a zeroed x) for the host decode's bits. Indices come from a peer:
+/// one outside x is never written, and `fault` (that peer's word of topk_clear_faults'
+/// array; null: not reported) keeps the first such position for topk_raise_faults.
 template <class T>
-void topk_scatter_add(T* x, const T* val, const std::uint32_t* idx, std::size_t k,
-                      cudaStream_t stream) {
+void topk_scatter_add(T* x, std::size_t count, const T* val, const std::uint32_t* idx,
+                      std::size_t k, unsigned long long* fault, cudaStream_t stream) {
   if (k == 0) return;
-  scatter_add_kernel<T><<<grid_for(k), block_threads, 0, stream>>>(x, val, idx, k);
+  scatter_add_kernel<T><<<grid_for(k), block_threads, 0, stream>>>(x, count, val, idx, k, fault);
   check_launch("scatter_add_kernel");
+}
+
+/// After the decode of n peers' blocks into a bucket of `count` elements: waits for
+/// `stream` and throws kernels::topk_index_error (errc::mismatch on `rank`, naming the
+/// lowest peer whose block held an index outside the bucket, and the index) if any did.
+inline void topk_raise_faults(const unsigned long long* faults, std::size_t n, std::size_t count,
+                              std::size_t rank, cudaStream_t stream) {
+  std::vector<unsigned long long> host(n);
+  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(host.data(), faults, n * sizeof(unsigned long long),
+                                      cudaMemcpyDeviceToHost, stream));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (std::size_t peer = 0; peer < n; ++peer) {
+    if (host[peer] != topk_no_fault) {
+      throw topk_index_error(rank, peer, static_cast<std::size_t>(host[peer] >> 32),
+                             static_cast<std::uint32_t>(host[peer] & 0xffffffffu), count);
+    }
+  }
 }
 
 }  // namespace gradsync::kernels::device

@@ -13,11 +13,13 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "gradsync/config.hpp"
+#include "gradsync/core/error.hpp"
 #include "gradsync/kernels/cpu_features.hpp"
 #include "gradsync/kernels/magnitude.hpp"
 
@@ -221,6 +223,34 @@ void topk_indices(std::uint32_t* idx, const T* x, std::size_t count, std::size_t
   topk_scratch<T> ws;
   // Without `add` nothing is written through x.
   topk_indices(idx, const_cast<T*>(x), count, k, ws, static_cast<const T*>(nullptr));
+}
+
+/// The first position of a top-k block (k indices, from another rank) that breaks what
+/// every encoder sends, indices below `count` and strictly ascending (so distinct); k
+/// when there is none. The decode checks each block before it writes anything.
+inline std::size_t topk_first_bad(const std::uint32_t* idx, std::size_t k, std::size_t count) {
+  for (std::size_t j = 0; j < k; ++j) {
+    if (idx[j] >= count || (j > 0 && idx[j] <= idx[j - 1])) return j;
+  }
+  return k;
+}
+
+/// errc::mismatch on `rank`: `peer`'s top-k block holds `index` at `position`, outside a
+/// bucket of `count` elements or (`previous`: the index before it) not above the one
+/// before it. Every rank decodes the same allgathered blocks, so each raises this same
+/// error in the same call, with no message more.
+inline error topk_index_error(std::size_t rank, std::size_t peer, std::size_t position,
+                              std::uint32_t index, std::size_t count,
+                              const std::uint32_t* previous = nullptr) {
+  const std::string where = "index " + std::to_string(index) + " at position " +
+                            std::to_string(position) + " of its top-k block, ";
+  const std::string what = index >= count
+                               ? "outside the bucket's " + std::to_string(count) + " elements"
+                               : "not above the index before it (" + std::to_string(*previous) +
+                                     "; blocks hold distinct indices, ascending)";
+  return error(errc::mismatch, {rank, peer},
+               "rank " + std::to_string(peer) + " sent " + where + what +
+                   " (a corrupt or mismatched peer; nothing was decoded)");
 }
 
 }  // namespace gradsync::kernels
