@@ -119,6 +119,8 @@ class data_parallel {
 
   /// The allreducer: statistics (last_stats, summary), timeline, transport.
   Sync& sync() { return sync_; }
+  /// The allreducer, read-only.
+  const Sync& sync() const { return sync_; }
   /// Completed steps.
   std::size_t steps() const { return steps_; }
   /// Timing of the last completed step.
