@@ -13,10 +13,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include <gradsync/check/finite.hpp>
+#include <gradsync/fusion/plan_check.hpp>
 #include <gradsync/gradsync.hpp>
 
 #include "watchdog.hpp"
@@ -210,4 +213,105 @@ TEST_CASE("topk: a peer's index outside the bucket is errc::mismatch on every ra
   codec::state st;
   codec::run(ch, std::span<float>(x), st, nullptr);
   CHECK(x[idx[0]] == 2 * input[idx[0]]);
+}
+
+namespace {
+
+// Two ranks as threads: rank 0 runs `peer` (a hand-made, hostile side of a protocol),
+// rank 1 runs `real` and returns the gradsync::error it must throw.
+template <class Peer, class Real>
+gs::error hostile_pair(Peer&& peer, Real&& real) {
+  gs::testbed::watchdog dog(60, "hostile peer");
+  std::optional<gs::error> got;
+  gs::transport::run_local(2, [&](gs::transport::local& t) {
+    const gs::deadline d = gs::deadline::after(gs::seconds_d{10});
+    if (t.rank() == 0) {
+      try {
+        peer(t, d);
+      } catch (const gs::error&) {  // the real rank may leave before the peer is done
+      }
+      return;
+    }
+    got = thrown([&] { real(t, d); });
+  });
+  REQUIRE(got.has_value());
+  return *got;
+}
+
+}  // namespace
+
+TEST_CASE("non-finite check: a peer's finding without a NUL, or naming no tensor, is a mismatch") {
+  struct forged {
+    gs::finite_finding f;
+    const char* says;
+  };
+  gs::finite_finding unterminated;  // every byte of both strings set
+  std::memset(unterminated.who, 'A', sizeof unterminated.who);
+  std::memset(unterminated.value, 'B', sizeof unterminated.value);
+  gs::finite_finding far;  // a NaN in tensor #2^40 of a one-tensor call
+  far.tensor = std::uint64_t{1} << 40;
+  far.ranks_bad = 1;
+  std::memcpy(far.value, "NaN", 3);
+  std::memcpy(far.who, "rank 0", 6);
+  for (const forged& c : {forged{unterminated, "a name or value field without its terminating NUL"},
+                          forged{far, "tensor #1099511627776 of a call with 1 tensor(s)"}}) {
+    CAPTURE(c.says);
+    const gs::error err = hostile_pair(
+        [&](gs::transport::local& t, gs::deadline d) {
+          std::vector<gs::finite_finding> all;
+          gs::detail::allgather_pod(t, c.f, all, gs::consistency_tag(t.next_seq()), d);
+        },
+        [](gs::transport::local& t, gs::deadline d) {
+          gs::agree_finite(t, gs::finite_finding{.rank = 1}, d,
+                           [](std::size_t) { return std::string("its input"); });
+        });
+    CHECK(err.code() == gs::errc::mismatch);
+    CHECK(contains(err.what(), "rank 0 sent a non-finite finding naming " + std::string(c.says)));
+    CHECK(err.site().peer == 0);
+  }
+}
+
+TEST_CASE("plan check: rank 0 claiming 2^60 tensors costs no allocation; a bad magic is named") {
+  std::vector<gs::fusion::tensor_desc> mine{{100, gs::dtype::f32, "a", {}},
+                                            {200, gs::dtype::f32, "b", {}},
+                                            {300, gs::dtype::f32, "c", {}}};
+  gs::fusion::plan p;
+  p.digest = 7;
+  auto real = [&](gs::transport::local& t, gs::deadline d) {
+    gs::fusion::check_plan(t, std::span<const gs::fusion::tensor_desc>(mine), p, d);
+  };
+  // The claimed count: before, rank 1 sized a vector (and its receive) by it.
+  const gs::error err = hostile_pair(
+      [](gs::transport::local& t, gs::deadline d) {
+        namespace fd = gs::fusion::detail;
+        const std::uint64_t seq = t.next_seq();
+        std::vector<fd::plan_summary> table;
+        gs::detail::allgather_pod(t, fd::plan_summary{0x67734650, std::uint64_t{1} << 60, 7}, table,
+                                  gs::consistency_tag(seq), d);
+        // What rank 1 asks for: its own list and one more; tensor #2 differs.
+        const auto f32 = static_cast<std::uint64_t>(gs::dtype::f32);
+        const std::vector<fd::wire_desc> ref{{100, f32}, {200, f32}, {301, f32}, {400, f32}};
+        REQUIRE(table[1].tensors == 3);
+        auto s = t.isend(1, ref.data(), ref.size() * sizeof(fd::wire_desc), gs::data_tag(seq));
+        t.wait(s, d);
+        std::vector<fd::diff_report> diffs;
+        gs::detail::allgather_pod(t, fd::diff_report{}, diffs, gs::consistency_tag(t.next_seq()),
+                                  d);
+      },
+      real);
+  CHECK(err.code() == gs::errc::mismatch);
+  CHECK(contains(err.what(),
+                 "first differing tensor is #2 'c': rank 1 has count 300 float32, "
+                 "rank 0 has count 301 float32"));
+  const gs::error magic = hostile_pair(
+      [](gs::transport::local& t, gs::deadline d) {
+        std::vector<gs::fusion::detail::plan_summary> table;
+        gs::detail::allgather_pod(t, gs::fusion::detail::plan_summary{0x12345678, 3, 7}, table,
+                                  gs::consistency_tag(t.next_seq()), d);
+      },
+      real);
+  CHECK(magic.code() == gs::errc::mismatch);
+  CHECK(contains(magic.what(), "rank 0 sent a bucket-plan summary with an unknown magic number " +
+                                   std::to_string(0x12345678)));
+  CHECK(magic.site().peer == 0);
 }

@@ -70,12 +70,34 @@ inline finite_finding first_finding(const std::vector<finite_finding>& all) {
   return first;
 }
 
-/// Every rank's finding over t (one Bruck allgather on a sequence number of its own).
+/// Checks the finding rank `peer` of t sent before any of it is read: its two strings
+/// must end inside their fields, and a tensor it names must be one of the call's
+/// `tensors`. errc::mismatch on this rank naming the peer otherwise; every rank checks
+/// the same gathered table in the same order, so every rank throws it.
 template <class Tr>
-finite_finding gather_first(Tr& t, const finite_finding& mine, deadline d) {
+void check_peer_finding(const Tr& t, std::size_t peer, const finite_finding& f, std::size_t tensors,
+                        std::uint64_t my_rank) {
+  std::string what;
+  if (!std::memchr(f.who, 0, sizeof f.who) || !std::memchr(f.value, 0, sizeof f.value)) {
+    what = "a name or value field without its terminating NUL";
+  } else if (f.found() && f.tensor >= tensors) {
+    what = "tensor #" + std::to_string(f.tensor) + " of a call with " + std::to_string(tensors) +
+           " tensor(s)";
+  }
+  if (what.empty()) return;
+  throw error(errc::mismatch, {static_cast<std::size_t>(my_rank), peer},
+              describe_rank(t, peer) + " sent a non-finite finding naming " + what +
+                  " (a corrupt or mismatched peer; call_options::check_finite)");
+}
+
+/// Every rank's finding over t (one Bruck allgather on a sequence number of its own),
+/// each checked before use (`tensors`: how many tensors the call has).
+template <class Tr>
+finite_finding gather_first(Tr& t, const finite_finding& mine, deadline d, std::size_t tensors) {
   if (t.size() == 1) return mine;
   std::vector<finite_finding> all;
   allgather_pod(t, mine, all, consistency_tag(t.next_seq()), d);
+  for (std::size_t q = 0; q < all.size(); ++q) check_peer_finding(t, q, all[q], tensors, mine.rank);
   return first_finding(all);
 }
 
@@ -87,7 +109,9 @@ inline constexpr std::string_view nothing_reduced = "nothing was reduced";
 [[noreturn]] inline void throw_finding(const finite_finding& f, const error_site& site,
                                        detail::function_ref<std::string(std::size_t)> tensor_name,
                                        std::string_view left = nothing_reduced) {
-  std::string m = "non-finite input: " + std::string(f.who) + " has " + f.value + " in " +
+  // Bounded reads: gather_first checked the NULs, but a finding is a peer's bytes.
+  std::string m = "non-finite input: " + std::string(f.who, ::strnlen(f.who, sizeof f.who)) +
+                  " has " + std::string(f.value, ::strnlen(f.value, sizeof f.value)) + " in " +
                   tensor_name(static_cast<std::size_t>(f.tensor)) + " at element " +
                   std::to_string(f.index);
   if (f.ranks_bad > 1) m += " (" + std::to_string(f.ranks_bad - 1) + " more rank(s) have one too)";
@@ -99,12 +123,13 @@ inline constexpr std::string_view nothing_reduced = "nothing was reduced";
 
 /// Shares this rank's finding `mine` over t and throws errc::non_finite on every rank
 /// when any rank found a NaN or Inf (the first rank's is named). Collective. `left`: what
-/// the message says the call left behind.
+/// the message says the call left behind; `tensors`: how many tensors the call has (a
+/// peer's finding naming another is errc::mismatch on every rank).
 template <transport_policy Tr>
 void agree_finite(Tr& t, const finite_finding& mine, deadline d,
                   detail::function_ref<std::string(std::size_t)> tensor_name,
-                  std::string_view left = detail::nothing_reduced) {
-  const finite_finding first = detail::gather_first(t, mine, d);
+                  std::string_view left = detail::nothing_reduced, std::size_t tensors = 1) {
+  const finite_finding first = detail::gather_first(t, mine, d, tensors);
   if (first.found()) {
     detail::throw_finding(first, {static_cast<std::size_t>(mine.rank), error_site::npos},
                           tensor_name, left);
@@ -116,9 +141,10 @@ void agree_finite(Tr& t, const finite_finding& mine, deadline d,
 template <class Intra, class Inter, class In, class Out>
 void agree_finite(transport::two_level<Intra, Inter>& t, In& in, Out& out,
                   const finite_finding& mine, deadline d,
-                  detail::function_ref<std::string(std::size_t)> tensor_name) {
-  const finite_finding node = detail::gather_first(in, mine, d);
-  const finite_finding first = detail::gather_first(out, node, d);
+                  detail::function_ref<std::string(std::size_t)> tensor_name,
+                  std::size_t tensors = 1) {
+  const finite_finding node = detail::gather_first(in, mine, d, tensors);
+  const finite_finding first = detail::gather_first(out, node, d, tensors);
   if (first.found()) detail::throw_finding(first, {t.rank(), error_site::npos}, tensor_name);
 }
 

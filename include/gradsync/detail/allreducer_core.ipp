@@ -292,7 +292,8 @@ void allreducer_core::check_finite(batch& b, std::size_t k, Copy& copy) {
     mine = detail::make_finding(found.tensor, found.index, static_cast<const T*>(found.value),
                                 rank_, runner_->describe_self());
   });
-  runner_->agree_finite(mine, [&](std::size_t i) {
+  // A peer's finding indexes this rank's names: it must be one of the plan's tensors.
+  runner_->agree_finite(mine, b.plan->tensor_bucket.size(), [&](std::size_t i) {
     return "tensor #" + std::to_string(i) +
            (b.registered ? reg_.label(i) : std::string(" of the list"));
   });

@@ -50,12 +50,13 @@ class bucket_runner final : public bucket_runner_base {
   bucket_runner(Transport& t, const call_options& opt, observe::timeline& tl, staging_pool& pool)
       : bucket_runner_base(opt, tl), t_(t), pool_(pool) {}
 
-  void agree_finite(const finite_finding& mine,
+  void agree_finite(const finite_finding& mine, std::size_t tensors,
                     function_ref<std::string(std::size_t)> name) override {
     if constexpr (transport::is_two_level_v<Transport>) {
-      gradsync::agree_finite(t_, t_.intra(), t_.inter(), mine, opt_.make_deadline(), name);
+      gradsync::agree_finite(t_, t_.intra(), t_.inter(), mine, opt_.make_deadline(), name, tensors);
     } else {
-      gradsync::agree_finite(t_, mine, opt_.make_deadline(), name);
+      gradsync::agree_finite(t_, mine, opt_.make_deadline(), name, detail::nothing_reduced,
+                             tensors);
     }
   }
 

@@ -61,8 +61,9 @@ class bucket_runner_base {
   }
 
   /// Shares this rank's finding with every rank (check/finite.hpp); errc::non_finite on
-  /// every rank when any found a NaN or Inf. `name(i)` names tensor i.
-  virtual void agree_finite(const finite_finding& mine,
+  /// every rank when any found a NaN or Inf. `name(i)` names tensor i of `tensors` (a
+  /// peer's finding naming another is errc::mismatch).
+  virtual void agree_finite(const finite_finding& mine, std::size_t tensors,
                             function_ref<std::string(std::size_t)> name) = 0;
   /// How this rank names itself in those findings.
   virtual std::string describe_self() const = 0;

@@ -67,6 +67,15 @@ void check_plan_on(Tr& t, std::span<const tensor_desc> tensors, const plan& p, d
   detail::allgather_pod(
       t, detail::plan_summary{poisoned ? poisoned_magic : 0x67734650, tensors.size(), p.digest},
       table, consistency_tag(seq), d);
+  // A summary that is neither kind comes from a corrupt peer or another program: named
+  // (every rank checks the same table, so every rank throws).
+  for (std::size_t q = 0; q < n; ++q) {
+    if (table[q].magic == 0x67734650 || table[q].magic == poisoned_magic) continue;
+    throw error(errc::mismatch, {rank_of(r), rank_of(q), seq},
+                "rank " + std::to_string(rank_of(q)) +
+                    " sent a bucket-plan summary with an unknown magic number " +
+                    std::to_string(table[q].magic) + " (a corrupt peer, or not gradsync)");
+  }
   for (const auto& s : table) {
     if (s.magic != poisoned_magic) continue;
     if (poisoned) return;  // the caller rethrows its node's own finding
@@ -82,16 +91,21 @@ void check_plan_on(Tr& t, std::span<const tensor_desc> tensors, const plan& p, d
   }
   if (same) return;
 
-  // Rank 0's list goes to everyone (the slow path: only taken on a mismatch).
-  std::vector<detail::wire_desc> ref(table[0].tensors);
+  // Rank 0's list goes to everyone (the slow path: only taken on a mismatch), each rank
+  // getting it as far as one past its own list: what it receives is sized by its own
+  // count, never by the count rank 0 claims.
+  const auto wanted = [&](std::uint64_t own) -> std::size_t {
+    return static_cast<std::size_t>(own < table[0].tensors ? own + 1 : table[0].tensors);
+  };
+  std::vector<detail::wire_desc> ref(r == 0 ? tensors.size() : wanted(tensors.size()));
   if (r == 0) {
     for (std::size_t i = 0; i < ref.size(); ++i) {
       ref[i] = {tensors[i].count, static_cast<std::uint64_t>(tensors[i].type)};
     }
     std::vector<typename Tr::request> sends;
     for (std::size_t q = 1; q < n; ++q) {
-      sends.push_back(
-          t.isend(q, ref.data(), ref.size() * sizeof(detail::wire_desc), data_tag(seq)));
+      sends.push_back(t.isend(q, ref.data(), wanted(table[q].tensors) * sizeof(detail::wire_desc),
+                              data_tag(seq)));
     }
     for (auto& s : sends) t.wait(s, d);
   } else {
