@@ -1,13 +1,22 @@
 #!/usr/bin/env python3
-"""Checks that the C++ block after '<!-- fusion-example -->' in docs/fusion.md is
-readme_fusion_example.cpp verbatim, and that the example's output (argv[3:] run) holds
-the expected averaged value: the documentation cannot rot."""
+"""check_doc_example.py [--marker NAME --expect TEXT]... DOC SRC PROGRAM...: checks that
+the C++ block after '<!-- NAME -->' in DOC (default fusion-example) is SRC verbatim, and
+that PROGRAM's output holds every TEXT (default: the fusion example's averaged gradient
+and summary): the documentation cannot rot."""
 import subprocess, sys
 
-doc, src = sys.argv[1], sys.argv[2]
+args, marker, expect = sys.argv[1:], "fusion-example", []
+while args and args[0] in ("--marker", "--expect"):
+    if args[0] == "--marker":
+        marker = args[1]
+    else:
+        expect.append(args[1])
+    args = args[2:]
+expect = expect or ["grad[0][0] = 1.5", "tensors in"]
+doc, src = args[0], args[1]
 lines, take, block = open(doc).read().splitlines(), 0, []
 for line in lines:
-    if line.strip() == "<!-- fusion-example -->":
+    if line.strip() == "<!-- %s -->" % marker:
         take = 1
     elif take == 1 and line.startswith("```cpp"):
         take = 2
@@ -16,9 +25,10 @@ for line in lines:
     elif take == 2:
         block.append(line)
 if block != open(src).read().splitlines():
-    sys.exit("FAIL: the fusion example in %s differs from %s" % (doc, src))
-out = subprocess.run(sys.argv[3:], capture_output=True, text=True, timeout=120)
+    sys.exit("FAIL: the %s block in %s differs from %s" % (marker, doc, src))
+out = subprocess.run(args[2:], capture_output=True, text=True, timeout=120)
 print(out.stdout, out.stderr)
-if out.returncode != 0 or "grad[0][0] = 1.5" not in out.stdout or "tensors in" not in out.stdout:
-    sys.exit("FAIL: the example did not print the averaged gradient and the summary")
+missing = [e for e in expect if e not in out.stdout]
+if out.returncode != 0 or missing:
+    sys.exit("FAIL: the example exited %d; its output lacks %s" % (out.returncode, missing))
 print("ok")
