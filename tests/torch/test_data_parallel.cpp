@@ -41,12 +41,7 @@ std::vector<std::uint64_t> train_identical(std::size_t ranks,
     net m;
     torch_test::load(m, init, 0.25f * static_cast<float>(t.rank()));
     gt::data_parallel<Sync> dp(*m, t, o);
-    torch::optim::SGD opt(m->parameters(), lr);
-    for (const auto& b : data) {
-      opt.zero_grad();
-      torch_test::loss_of(m, b).backward();
-      opt.step();
-    }
+    torch_test::train(m, data, lr);
     CHECK(dp.steps() == data.size());
     hashes[t.rank()] = gt::replicas::hash(m->parameters());
   });

@@ -39,12 +39,7 @@ void train_identical(Tr& t, const char* what) {
   torch_test::load(m, init, 0.25f * static_cast<float>(t.rank()));
   {
     gt::data_parallel<Sync> dp(*m, t);
-    torch::optim::SGD opt(m->parameters(), lr);
-    for (const auto& b : data) {
-      opt.zero_grad();
-      torch_test::loss_of(m, b).backward();
-      opt.step();
-    }
+    torch_test::train(m, data, lr);
     GS_CHECK(dp.steps() == data.size());
   }
   const std::uint64_t got = gt::replicas::hash(m->parameters());

@@ -67,17 +67,22 @@ inline torch::Tensor loss_of(net& m, const batch& b) {
   return torch::nn::functional::cross_entropy(m->forward(b.x), b.y);
 }
 
-/// Trains one process on `data` from `init` without gradsync: the reference.
-inline std::uint64_t reference_hash(const std::vector<torch::Tensor>& init,
-                                    const std::vector<batch>& data, double lr) {
-  net m;
-  load(m, init);
+/// Plain SGD over `data`, one step per batch (with or without a data_parallel on m).
+inline void train(net& m, const std::vector<batch>& data, double lr) {
   torch::optim::SGD opt(m->parameters(), lr);
   for (const auto& b : data) {
     opt.zero_grad();
     loss_of(m, b).backward();
     opt.step();
   }
+}
+
+/// Trains one process on `data` from `init` without gradsync: the reference.
+inline std::uint64_t reference_hash(const std::vector<torch::Tensor>& init,
+                                    const std::vector<batch>& data, double lr) {
+  net m;
+  load(m, init);
+  train(m, data, lr);
   return gradsync::torch::replicas::hash(m->parameters());
 }
 
