@@ -84,6 +84,9 @@ struct shm_options {
   std::size_t exchange_bytes = 16 << 20;  ///< staging buffer per rank (two halves)
   std::size_t heap_bytes = 0;             ///< registered buffers per rank (shm::allocate)
   seconds_d bootstrap_timeout{-1.0};      ///< < 0: default_timeout() (GRADSYNC_TIMEOUT)
+  /// Testing: the sequence number of the first call (the same on every rank), so that a
+  /// test reaches what happens after 2^32 calls (the direct algorithms' stage flag).
+  std::uint64_t first_seq = 0;
   /// For error messages: the job's rank of each rank of this group (empty: the group's
   /// ranks are the job's) and this host's name. shm_options_from_mpi fills both.
   std::vector<std::size_t> job_ranks;

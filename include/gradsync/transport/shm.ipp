@@ -85,8 +85,10 @@ GRADSYNC_DECL void shm::wait_flags(unsigned k, std::uint64_t v, deadline d) {
 
 GRADSYNC_DECL std::string shm::describe_flag(unsigned k, std::uint64_t v) {
   if (k == flag_stage) {
+    // The flag keeps the op's number modulo 2^32 (algo/detail/direct_call.hpp).
     return "for the peer to reach step " + std::to_string(v & 0xffffffffu) + " of op #" +
-           std::to_string((v >> 32) - 1) + " (direct algorithm stage flag)";
+           std::to_string(((v >> 32) - 1) & 0xffffffffu) +
+           " modulo 2^32 (direct algorithm stage flag)";
   }
   if (k == flag_done) return "for the peer to finish op #" + std::to_string(v - 1);
   return "for the peer to post its header for op #" + std::to_string(v - 1) + " (slot " +
@@ -120,6 +122,7 @@ GRADSYNC_DECL shm_state::shm_state(const shm_options& o)
       p2p_(seg_, o.rank),
       heap_(seg_.layout().geo.heap_bytes),
       spin_(spin_budget::for_group(o.size)),
+      seq_(o.first_seq),
       job_ranks_(sub_group_ranks(o)),
       opts_(o) {}
 

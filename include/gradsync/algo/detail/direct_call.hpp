@@ -178,6 +178,15 @@ class direct_call {
     const std::uint64_t last = t_.flag(r_, parity_);
     if (last != 0 && t_.flag(r_, parity_ ^ 1u) != ctx_.seq)
       t_.wait_flags(flag_done, last, ctx_.until);
+    // The stage flag holds the call's number in 32 bits (stage_value): every 2^32 calls
+    // it starts low again, below this rank's last value, and peers comparing with >= would
+    // pass this call's barriers at once. Lowered here, once every peer has closed this
+    // rank's last direct call (none reads the flag then) and before this call's header, so
+    // the header round orders it before any peer's barrier. Once per 2^32 calls.
+    if (t_.flag(r_, flag_stage) > stage_value(0)) {
+      t_.wait_flags(flag_done, t_.flag(r_, flag_done), ctx_.until);
+      t_.post_flag(flag_stage, 0);
+    }
     std::memcpy(t_.slot(r_, parity_), &h, sizeof h);
     if (extra_bytes) std::memcpy(payload_bytes(r_), extra, extra_bytes);  // extra may be null at 0
     t_.post_flag(parity_, stamp);
@@ -298,8 +307,10 @@ class direct_call {
  private:
   /// Steps stay below this bit; barrier_marked() sets it.
   static constexpr std::uint64_t found_mark = std::uint64_t{1} << 31;
+  /// The call's number modulo 2^32 above the step: (seq + 1) << 32 itself would wrap to 0
+  /// after 2^32 calls. open_header() lowers the flag when the number starts again.
   std::uint64_t stage_value(std::uint64_t step) const {
-    return ((ctx_.seq + 1) << 32) | (step_base + step);
+    return (((ctx_.seq + 1) & 0xffffffffu) << 32) | (step_base + step);
   }
 };
 
