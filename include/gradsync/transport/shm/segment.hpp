@@ -213,6 +213,7 @@ class shm_segment {
   std::string name_;
   std::size_t rank_;
   std::byte* base_ = nullptr;
+  bool created_ = false;  // this rank created the name (and may unlink it on failure)
 };
 
 }  // namespace gradsync::transport::detail

@@ -59,7 +59,10 @@ GRADSYNC_DECL shm_segment::shm_segment(std::size_t rank, const shm_geometry& geo
     announce(until);
   } catch (...) {
     if (base_) ::munmap(base_, layout_.total);
-    ::shm_unlink(name_.c_str());  // a failed bootstrap must not leave the name behind
+    // A failed bootstrap must not leave its name behind, but only the rank that created
+    // it may remove it: after EEXIST, or from a segment a rank attached to, the name is
+    // another job's (same job id) and unlinking it would strand that job's ranks.
+    if (created_) ::shm_unlink(name_.c_str());
     throw;
   }
 }
@@ -116,6 +119,7 @@ GRADSYNC_DECL void shm_segment::create() {
     }
     fail_errno("shm_open(O_CREAT|O_EXCL)");
   }
+  created_ = true;
   // tmpfs allocates pages on first touch: a segment larger than the free space maps
   // fine and then dies of SIGBUS. Refuse it here, by name (Docker's default /dev/shm
   // is 64 MiB).
@@ -229,8 +233,18 @@ GRADSYNC_DECL void shm_segment::announce(deadline until) {
   std::uint64_t start = 0;
   char st = '?';
   read_proc_stat(::getpid(), start, st);
+  // Claim this rank's place: a process of another job started with the same job id (and
+  // this rank number) may have attached first. Taking its place would put two processes
+  // in one rank (and count one rank twice), so refuse, touching nothing of that job.
+  std::int32_t holder = 0;
+  if (!shared_word(c.pid).compare_exchange_strong(holder, static_cast<std::int32_t>(::getpid()),
+                                                  std::memory_order_acq_rel)) {
+    fail(errc::transport, "rank " + std::to_string(rank_) + "'s place is already taken by pid " +
+                              std::to_string(holder) +
+                              ": two jobs use the same job id (GRADSYNC_SHM_JOB) at once; give "
+                              "each job its own id");
+  }
   c.start_time = start;
-  shared_word(c.pid).store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
   shared_word(c.state).store(rs_attached, std::memory_order_release);
   const std::uint32_t n = static_cast<std::uint32_t>(layout_.geo.ranks);
   auto attached = shared_word(header().attached);
