@@ -177,7 +177,29 @@ def check_torch_hooks(rank, n, gs, gloo):
                                      f"{(p - q).abs().max().item()}")
 
 
+def check_codec(rank, n, gs, gloo):
+    """The hooks' entry point compresses: int8 lands near the average (within the int8
+    grid of each block's range) but not on it; topk keeps 1 % of the values; every rank
+    gets the same bits."""
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(4096, generator=g)
+    avg = x.clone()
+    dist.all_reduce(avg, group=gloo)
+    avg /= n
+    for codec in ("int8", "topk"):
+        y = x.clone()
+        gs._compressed_average(y, codec, 1000).wait()
+        err = (y - avg).abs().max().item()
+        assert not torch.equal(y, avg), f"{codec}: the result is the exact average"
+        if codec == "int8":
+            assert err < 4.5 * 2 / (127 // n), f"int8: off the average by {err}"
+        else:
+            assert (y != 0).sum().item() <= n * 41, f"topk kept {(y != 0).sum().item()} values"
+        common.replicas_identical(torch.nn.ParameterList([torch.nn.Parameter(y)]), gloo, codec)
+
+
 def check_gradsync_hooks(rank, n, gs, gloo):
+    check_codec(rank, n, gs, gloo)
     for hook in (gradsync_torch.hooks.int8, gradsync_torch.hooks.topk):
         ddp = DDP(float_model(5), process_group=gs, bucket_cap_mb=0.01)  # several buckets
         ddp.register_comm_hook(gs, hook)
