@@ -224,7 +224,29 @@ def ranks(rank, n):
         assert gs.transport() == expect, (gs.transport(), expect)
         assert dist.get_backend(gs) == "gradsync", dist.get_backend(gs)
         check_group(rank, n, gs, gloo, f"{n} ranks, {transport or 'store'}")
+    check_subgroups(rank, n)
     dist.destroy_process_group()
+
+
+def check_subgroups(rank, n):
+    """Groups of some ranks (new_group(ranks=...)): over shm through the store, also under
+    mpirun (a sub-group is not MPI_COMM_WORLD); a group of one rank too."""
+    members = [1, 2] if n >= 3 else [n - 1]
+    sub = dist.new_group(ranks=members, backend="gradsync", timeout=common.TIMEOUT)
+    solo = dist.new_group(ranks=[0], backend="gradsync", timeout=common.TIMEOUT)
+    if rank in members:
+        assert sub.transport() == "shm", sub.describe()
+        t = torch.full((5,), float(rank))
+        dist.all_reduce(t, group=sub)
+        common.same(t, torch.full((5,), float(sum(members))), f"sub-group {members}")
+        b = torch.full((3,), float(rank))
+        dist.broadcast(b, src=members[-1], group=sub)  # a global rank, as torch takes it
+        common.same(b, torch.full((3,), float(members[-1])), f"sub-group {members} broadcast")
+    if rank == 0:
+        t = torch.arange(4.0)
+        dist.all_reduce(t, op=ReduceOp.AVG, group=solo)
+        common.same(t, torch.arange(4.0), "a group of one rank")
+        print(f"ok: sub-groups {members} and [0]", flush=True)
 
 
 if __name__ == "__main__":
