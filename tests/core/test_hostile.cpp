@@ -5,6 +5,9 @@
 // and would fail, or write out of bounds, without its check.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,9 +15,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -314,4 +319,53 @@ TEST_CASE("plan check: rank 0 claiming 2^60 tensors costs no allocation; a bad m
   CHECK(contains(magic.what(), "rank 0 sent a bucket-plan summary with an unknown magic number " +
                                    std::to_string(0x12345678)));
   CHECK(magic.site().peer == 0);
+}
+
+TEST_CASE("metrics: two jobs on one node write two files, each through a temporary of its own") {
+  using mf = gs::observe::metrics_file;
+  for (const char* v : {"GRADSYNC_SHM_JOB", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
+                        "SLURM_JOB_ID", "SLURM_STEP_ID"}) {
+    ::unsetenv(v);
+  }
+  char dir[] = "/tmp/gradsync_hostile_metrics_XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string d = dir;
+  // No launcher: the documented name.
+  CHECK(mf::env_job_id().empty());
+  CHECK(mf(d, "gradsync", 0).path() == d + "/gradsync.rank0.prom");
+  {
+    env_var ns("PMIX_NAMESPACE", "prterun-node1-4242@1");
+    CHECK(mf::env_job_id() == "prterun-node1-4242@1");
+    CHECK(mf(d, "gradsync", 1).path() == d + "/gradsync.prterun-node1-4242_1.rank1.prom");
+  }
+  {
+    env_var id("SLURM_JOB_ID", "77"), step("SLURM_STEP_ID", "3");
+    CHECK(mf::env_job_id() == "77.3");
+  }
+  // Two jobs, rank 0 each: two files, each sample labelled with its job.
+  mf a(d, "gradsync", 0, {}, 10, "ompi-a"), b(d, "gradsync", 0, {}, 10, "ompi-b/x");
+  CHECK(a.path() != b.path());
+  CHECK(b.path() == d + "/gradsync.ompi-b_x.rank0.prom");
+  // A stale temporary under the old shared name (here a directory, so opening it fails)
+  // must not stop either writer: each writes through its own.
+  const std::string shared_tmp = a.path() + ".tmp";
+  REQUIRE(::mkdir(shared_tmp.c_str(), 0700) == 0);
+  CHECK(a.temporary() != b.temporary());
+  mf a2(d, "gradsync", 0, {}, 10, "ompi-a");
+  CHECK(a2.temporary() != a.temporary());  // same file, another writer
+  a.set("gradsync_calls_total", mf::kind::counter, "calls", 1);
+  b.set("gradsync_calls_total", mf::kind::counter, "calls", 2);
+  CHECK(a.write());
+  CHECK(b.write());
+  std::ifstream fa(a.path()), fb(b.path());
+  std::stringstream sa, sb;
+  sa << fa.rdbuf();
+  sb << fb.rdbuf();
+  CHECK(contains(sa.str(), "gradsync_calls_total{rank=\"0\",job_id=\"ompi-a\"} 1\n"));
+  CHECK(contains(sb.str(), "gradsync_calls_total{rank=\"0\",job_id=\"ompi-b/x\"} 2\n"));
+  CHECK(::access(a.temporary().c_str(), F_OK) != 0);  // renamed, none left behind
+  CHECK(std::remove(a.path().c_str()) == 0);
+  CHECK(std::remove(b.path().c_str()) == 0);
+  CHECK(::rmdir(shared_tmp.c_str()) == 0);
+  CHECK(::rmdir(dir) == 0);
 }

@@ -127,7 +127,7 @@ GRADSYNC_DECL allreducer_core::allreducer_core(std::size_t rank, std::size_t siz
           std::make_unique<gradsync::flight_recorder>(o.flight_recorder, rank, o.flight_depth)),
       opt_(recorded_options(o.call, recorder_.get())),
       tl_(o.timeline, rank),
-      ledger_(rank, size, o.metrics, o.metrics_job,
+      ledger_(rank, size, o.metrics, o.metrics_job, o.metrics_job_id,
               "transport=\"" + std::string(names.transport) + "\",algorithm=\"" +
                   std::string(names.algorithm) + "\",fusion=\"" + std::string(names.fusion) +
                   "\",compression=\"" + std::string(names.compression) + "\""),

@@ -23,8 +23,12 @@ class call_ledger {
  public:
   /// `labels`: the composition's, on every metrics sample (transport="mpi",...).
   call_ledger(std::size_t rank, std::size_t ranks, const std::string& metrics_dir,
-              const std::string& metrics_job, const std::string& labels)
-      : rank_(rank), ranks_(ranks), metrics_(metrics_dir, metrics_job, rank, labels) {}
+              const std::string& metrics_job, const std::string& metrics_job_id,
+              const std::string& labels)
+      : rank_(rank),
+        ranks_(ranks),
+        metrics_(metrics_dir, metrics_job, rank, labels, observe::metrics_file::env_interval(),
+                 metrics_job_id) {}
   call_ledger(const call_ledger&) = delete;
   call_ledger& operator=(const call_ledger&) = delete;
 

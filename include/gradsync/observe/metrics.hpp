@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // Prometheus metrics of one rank, in the text exposition format that node-exporter's
 // textfile collector reads. Enabled by GRADSYNC_METRICS=DIR (or allreducer_options::
-// metrics): each writer owns DIR/<job>.rank<R>.prom and rewrites it whole, atomically
-// (a temporary file renamed over it, so a scrape never sees half a file), at most every
-// GRADSYNC_METRICS_INTERVAL seconds (default 10: the writer asks due()) and at the end.
+// metrics): each writer owns DIR/<job>.rank<R>.prom (DIR/<job>.<id>.rank<R>.prom when the
+// launcher gives a job id, so two jobs on one node keep apart) and rewrites it whole,
+// atomically (a temporary file of its own renamed over it, so a scrape never sees half a
+// file), at most every GRADSYNC_METRICS_INTERVAL seconds (default 10: the writer asks
+// due()) and at the end.
 #pragma once
 
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -33,13 +38,24 @@ class metrics_file {
   };
 
   metrics_file() = default;
-  /// Writes `DIR/<job>.rank<rank>.prom` when `dir` is not empty; `labels` (such as
-  /// `transport="mpi",algorithm="ring"`) go on every sample, after rank="R".
+  /// Writes `DIR/<job>.rank<rank>.prom` when `dir` is not empty, or
+  /// `DIR/<job>.<job_id>.rank<rank>.prom` when `job_id` (the launcher's, env_job_id()) is
+  /// not empty; `labels` (such as `transport="mpi",algorithm="ring"`) go on every sample,
+  /// after rank="R" (and job_id="<job_id>", so two jobs' samples stay two series).
   metrics_file(const std::string& dir, const std::string& job, std::size_t rank,
-               const std::string& labels = {}, double interval_s = env_interval())
+               const std::string& labels = {}, double interval_s = env_interval(),
+               const std::string& job_id = env_job_id())
       : path_(dir.empty() ? std::string()
-                          : dir + "/" + job + ".rank" + std::to_string(rank) + ".prom"),
-        labels_("rank=\"" + std::to_string(rank) + "\"" + (labels.empty() ? "" : "," + labels)),
+                          : dir + "/" + job + (job_id.empty() ? "" : "." + file_part(job_id)) +
+                                ".rank" + std::to_string(rank) + ".prom"),
+        // Per process and per writer: another job's, or another writer's, temporary
+        // renamed over ours would publish its samples under our name.
+        tmp_(path_.empty() ? std::string()
+                           : path_ + "." + std::to_string(::getpid()) + "-" +
+                                 std::to_string(next_writer()) + ".tmp"),
+        labels_("rank=\"" + std::to_string(rank) + "\"" +
+                (job_id.empty() ? "" : ",job_id=\"" + escape(job_id) + "\"") +
+                (labels.empty() ? "" : "," + labels)),
         interval_(std::chrono::duration<double>(interval_s)) {}
   metrics_file(const metrics_file&) = delete;
   metrics_file& operator=(const metrics_file&) = delete;
@@ -48,6 +64,18 @@ class metrics_file {
   static std::string env_dir() {
     const char* s = std::getenv("GRADSYNC_METRICS");
     return s ? std::string(s) : std::string();
+  }
+  /// This job's id where a launcher gives one: GRADSYNC_SHM_JOB, else Open MPI's
+  /// PMIX_NAMESPACE (or OMPI_MCA_ess_base_jobid), else Slurm's SLURM_JOB_ID.SLURM_STEP_ID
+  /// (an srun task); "" otherwise (the file keeps its plain name).
+  static std::string env_job_id() {
+    for (const char* v : {"GRADSYNC_SHM_JOB", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
+      const char* s = std::getenv(v);
+      if (s && *s) return s;
+    }
+    const char* id = std::getenv("SLURM_JOB_ID");
+    const char* step = std::getenv("SLURM_STEP_ID");
+    return id && *id && step && *step ? std::string(id) + "." + step : std::string();
   }
   /// GRADSYNC_METRICS_INTERVAL in seconds (>= 0, default 10); another value is an
   /// invalid_argument error naming the variable.
@@ -86,6 +114,8 @@ class metrics_file {
   bool enabled() const { return !path_.empty(); }
   /// The file this rank writes.
   const std::string& path() const { return path_; }
+  /// The temporary it writes first (unique to this writer and process).
+  const std::string& temporary() const { return tmp_; }
 
   /// Sets metric `name` (with optional extra labels, e.g. `kind="timeout"`) to `value`.
   void set(std::string_view name, kind k, std::string_view help, double value,
@@ -114,7 +144,7 @@ class metrics_file {
     std::lock_guard lk(m_);
     last_ = std::chrono::steady_clock::now();
     written_once_ = true;
-    const std::string tmp = path_ + ".tmp";
+    const std::string& tmp = tmp_;
     std::FILE* f = std::fopen(tmp.c_str(), "w");
     if (!f) return false;
     std::vector<bool> headed(samples_.size(), false);
@@ -132,8 +162,9 @@ class metrics_file {
                      t.labels.empty() ? "" : ",", t.labels.c_str(), t.value);
       }
     }
-    const bool ok = std::fclose(f) == 0;
-    return ok && std::rename(tmp.c_str(), path_.c_str()) == 0;
+    const bool ok = std::fclose(f) == 0 && std::rename(tmp.c_str(), path_.c_str()) == 0;
+    if (!ok) std::remove(tmp.c_str());  // a full disk leaves no half file behind
+    return ok;
   }
 
  private:
@@ -143,7 +174,22 @@ class metrics_file {
     double value;
   };
 
-  std::string path_, labels_;
+  // A job id as part of a file name: '/' and other odd characters become '_'.
+  static std::string file_part(std::string_view id) {
+    std::string o(id);
+    for (char& c : o) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-';
+      if (!ok) c = '_';
+    }
+    return o;
+  }
+  static std::size_t next_writer() {
+    static std::atomic<std::size_t> n{0};
+    return n.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  std::string path_, tmp_, labels_;
   std::chrono::duration<double> interval_{10};
   std::chrono::steady_clock::time_point last_{};
   bool written_once_ = false;
