@@ -41,8 +41,14 @@ PYBIND11_MODULE(_C, m) {
   py::class_<ProcessGroupGradsync, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupGradsync>>(
       m, "ProcessGroupGradsync",
       "torch.distributed process group over gradsync (shm on one host, MPI across hosts)")
-      .def(py::init(&ProcessGroupGradsync::create), py::arg("store"), py::arg("rank"),
-           py::arg("size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout) {
+             // Opening waits for the peers: without the GIL. (Not a call_guard: pybind
+             // registers the new instance inside the guarded call, and needs the GIL then.)
+             py::gil_scoped_release nogil;
+             return ProcessGroupGradsync::create(store, rank, size, timeout);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            "Opens the group (collective); what Backend.register_backend's creator returns")
       .def("transport", &ProcessGroupGradsync::transport, "'shm', 'mpi' or 'two_level'")
       .def("describe", &ProcessGroupGradsync::describe,
