@@ -138,3 +138,78 @@ TEST_CASE("flight recorder: a ring of the last N calls, oldest first") {
   CHECK(at6 < at9);
   std::remove(gs::flight_recorder::path_for(b, 7).c_str());
 }
+
+TEST_CASE(
+    "flight recorder: a dump replaces the file whole, labels stay UTF-8, two recorders "
+    "of one path keep two files") {
+  const std::string b = base("whole");
+  const std::string f0 = gs::flight_recorder::path_for(b, 0);
+  // The previous record, linked under a second name: written in place, the dump would
+  // change it; renamed over it, the old file is left whole.
+  std::ofstream(f0) << "old record\n";
+  const std::string keep = f0 + ".keep";
+  REQUIRE(::link(f0.c_str(), keep.c_str()) == 0);
+  gs::flight_recorder a(b, 0);
+  CHECK(a.path() == f0);
+  // 94 bytes, then a 2-byte character across the 95-byte cut of the label.
+  const std::string cut = std::string(94, 'a') + "\xc3\xa9" + "b";
+  a.enter(1, {"allreduce", "ring", gs::dtype::f32, gs::reduce_op::sum, 10, cut});
+  a.enter(2, {"allreduce", "ring", gs::dtype::f32, gs::reduce_op::sum, 10, "x\xffy"});
+  REQUIRE(a.dump("rank 0", "cut \xe2\x82"));
+  CHECK(slurp(keep) == "old record\n");
+  const std::string text = slurp(f0);
+  CHECK(has(text, "\"label\":\"" + std::string(94, 'a') + "\""));
+  CHECK(has(text, "\"label\":\"x\\ufffdy\""));
+  CHECK(has(text, "\"error\":\"cut \\ufffd\\ufffd\""));
+  CHECK(::access((f0 + "." + std::to_string(::getpid()) + ".tmp").c_str(), F_OK) != 0);
+  {
+    // Two more recorders of the same path and rank (two allreducers of one process).
+    gs::flight_recorder c(b, 0), d(b + ".json", 0);
+    CHECK(c.path() == b + ".2.rank0.json");
+    CHECK(d.path() == b + ".3.rank0.json");
+    REQUIRE(c.dump("second", "e"));
+    CHECK(has(slurp(f0), "\"who\":\"rank 0\""));  // the first one's record is intact
+    CHECK(has(slurp(c.path()), "\"who\":\"second\""));
+    std::remove(c.path().c_str());
+  }
+  gs::flight_recorder e(b, 0);  // the names of destroyed recorders are free again
+  CHECK(e.path() == b + ".2.rank0.json");
+  std::remove(keep.c_str());
+  std::remove(f0.c_str());
+}
+
+TEST_CASE("flight-report: a truncated, non-UTF-8 or foreign file is named; the others are read") {
+  const std::string b = base("broken");
+  auto put = [&](std::size_t r, const std::string& s) {
+    std::ofstream(gs::flight_recorder::path_for(b, r), std::ios::binary) << s;
+  };
+  const std::string call0 =
+      "{\"seq\":0,\"kind\":\"allreduce\",\"algorithm\":\"ring\",\"type\":\"float32\","
+      "\"op\":\"sum\",\"count\":10,\"label\":\"\",\"phase\":\"done\",\"error\":\"\"}\n";
+  const std::string call1 =
+      "{\"seq\":1,\"kind\":\"allreduce\",\"algorithm\":\"ring\",\"type\":\"float32\","
+      "\"op\":\"sum\",\"count\":10,\"label\":\"\",\"phase\":\"failed\",\"error\":\"timeout\"}\n";
+  auto head = [](int r, const std::string& who) {
+    return "{\"flight_recorder\":1,\"rank\":" + std::to_string(r) + ",\"who\":\"" + who +
+           "\",\"error\":\"timeout\"}\n";
+  };
+  put(0, head(0, "rank 0") + call0 + call1);
+  put(1, head(1, "rank 1") + call0 + call1.substr(0, 30));  // cut by a crash
+  put(2, head(2,
+              "rank \xff"
+              "2") +
+             call0 + call1);  // a byte that is no UTF-8
+  put(3, std::string("\x7f"
+                     "ELF garbage\n"));  // not a recorder's
+  const std::string text = report(b, 4);
+  const std::string wants[] = {gs::flight_recorder::path_for(b, 1) + ": truncated",
+                               gs::flight_recorder::path_for(b, 2) + ": not UTF-8",
+                               gs::flight_recorder::path_for(b, 3) + ": not a flight recorder file",
+                               "rank 0 (rank 0): timeout",
+                               "rank 2 (rank \xef\xbf\xbd"
+                               "2): timeout",
+                               "rank 1 never arrived: its last call was op #0",
+                               "rank 3: its file could not be read"};
+  for (const std::string& want : wants) CHECK_MESSAGE(has(text, want), want);
+  remove_files(b, 4);
+}

@@ -8,7 +8,12 @@
 // (allreducer_options::flight_recorder); a free call records into
 // call_options::recorder when given one. Recording copies a few words per call, under a
 // mutex nobody else holds (one caller at a time; the dump may come from another thread).
+// The file is written beside its name and renamed over it, so a crash during the dump
+// leaves the previous record whole; a second recorder of the same path and rank in one
+// process (two allreducers) writes `<path>.2.rank<R>.json`, a third `.3.`, and so on.
 #pragma once
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,13 +44,22 @@ class flight_recorder {
   /// How far a recorded call got.
   enum class phase : std::uint8_t { entered, checked, done, failed };
 
-  /// Writes `<path>.rank<rank>.json` on dump() (stderr when `path` is empty); keeps the
-  /// last `depth` calls.
+  /// Writes `<path>.rank<rank>.json` on dump() (stderr when `path` is empty), or
+  /// `<path>.<n>.rank<rank>.json` when n-1 live recorders of this process have that name
+  /// already; keeps the last `depth` calls.
   explicit flight_recorder(const std::string& path = env_path(), std::size_t rank = 0,
                            std::size_t depth = 64)
-      : path_(path.empty() ? std::string() : path_for(path, rank)),
+      : path_(path.empty() ? std::string() : claim(path, rank)),
         rank_(rank),
         ring_(std::max<std::size_t>(depth, 1)) {}
+  ~flight_recorder() {
+    if (path_.empty()) return;
+    auto& c = claimed();
+    std::lock_guard lk(c.m);
+    c.paths.erase(path_);
+  }
+  flight_recorder(const flight_recorder&) = delete;
+  flight_recorder& operator=(const flight_recorder&) = delete;
 
   /// GRADSYNC_FLIGHT_RECORDER, or "" when unset.
   static std::string env_path() { return detail::env_or_empty("GRADSYNC_FLIGHT_RECORDER"); }
@@ -52,6 +67,7 @@ class flight_recorder {
   static std::string path_for(const std::string& path, std::size_t rank) {
     return detail::rank_json_path(path, rank);
   }
+  /// The file dump() writes ("" for stderr).
   const std::string& path() const { return path_; }
 
   /// Call `seq` starts now.
@@ -79,11 +95,42 @@ class flight_recorder {
   }
 
   /// Writes the ring, oldest first, as JSON lines after a header naming this rank (`who`)
-  /// and the error; returns false when the file cannot be written.
+  /// and the error, through a temporary renamed over the file; returns false when the
+  /// file cannot be written (the previous one, if any, is left as it was).
   bool dump(const std::string& who, const std::string& why) const {
     std::lock_guard lk(m_);
-    FILE* f = path_.empty() ? stderr : std::fopen(path_.c_str(), "w");
+    if (path_.empty()) {
+      write(stderr, who, why);
+      return true;
+    }
+    const std::string tmp = path_ + "." + std::to_string(::getpid()) + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
     if (!f) return false;
+    write(f, who, why);
+    const bool written = !std::ferror(f);
+    const bool closed = std::fclose(f) == 0;  // closed in any case
+    const bool ok = written && closed && std::rename(tmp.c_str(), path_.c_str()) == 0;
+    if (!ok) std::remove(tmp.c_str());
+    return ok;
+  }
+
+  /// Whether `code` is worth a dump (a failure that involves other ranks or bad data).
+  static bool dumps_on(errc code) {
+    return code != errc::invalid_argument && code != errc::transport;
+  }
+
+ private:
+  struct entry {
+    std::uint64_t seq = 0;
+    call_note note{};  // its views: static text only (the label is copied below)
+    char label[96] = {};
+    phase reached = phase::entered;
+    errc code{};
+    clock::time_point start{}, end{};
+  };
+
+  // The record itself (m_ held).
+  void write(FILE* f, const std::string& who, const std::string& why) const {
     const auto now = clock::now();
     std::fprintf(f, "{\"flight_recorder\":1,\"rank\":%zu,\"who\":\"%s\",\"error\":\"%s\"}\n", rank_,
                  escape(who).c_str(), escape(why).c_str());
@@ -105,30 +152,65 @@ class flight_recorder {
           phase_name(e.reached), e.code == errc{} ? "" : std::string(errc_name(e.code)).c_str(),
           ago, took);
     }
-    if (f != stderr) std::fclose(f);
-    return true;
   }
 
-  /// Whether `code` is worth a dump (a failure that involves other ranks or bad data).
-  static bool dumps_on(errc code) {
-    return code != errc::invalid_argument && code != errc::transport;
-  }
-
- private:
-  struct entry {
-    std::uint64_t seq = 0;
-    call_note note{};  // its views: static text only (the label is copied below)
-    char label[96] = {};
-    phase reached = phase::entered;
-    errc code{};
-    clock::time_point start{}, end{};
+  // Paths held by live recorders of this process: two allreducers given one path must
+  // not overwrite each other's record of the failure.
+  struct claimed_paths {
+    std::mutex m;
+    std::set<std::string> paths;
   };
+  static claimed_paths& claimed() {
+    static claimed_paths c;
+    return c;
+  }
+  static std::string claim(const std::string& path, std::size_t rank) {
+    const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+    const std::string stem = json ? path.substr(0, path.size() - 5) : path;
+    auto& c = claimed();
+    std::lock_guard lk(c.m);
+    for (std::size_t n = 1;; ++n) {
+      std::string p = path_for(n == 1 ? stem : stem + "." + std::to_string(n), rank);
+      if (c.paths.insert(p).second) return p;
+    }
+  }
 
+  // Cut at N-1 bytes, but not inside a UTF-8 character: the cut one is left out whole.
   template <std::size_t N>
   static void copy(char (&to)[N], std::string_view from) {
-    const std::size_t n = std::min(from.size(), N - 1);
+    std::size_t n = std::min(from.size(), N - 1);
+    if (n < from.size()) {
+      while (n > 0 && (static_cast<unsigned char>(from[n]) & 0xC0) == 0x80) --n;
+    }
     std::memcpy(to, from.data(), n);
     to[n] = '\0';
+  }
+  // Bytes in the UTF-8 character at s[i], or 0 when they are not one (a lone or cut
+  // lead byte, a stray continuation byte, an overlong form, a surrogate, past U+10FFFF).
+  static std::size_t utf8_char(std::string_view s, std::size_t i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) return 1;
+    std::size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      n = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 3;
+      lo = c == 0xE0 ? 0xA0 : 0x80;
+      hi = c == 0xED ? 0x9F : 0xBF;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 4;
+      lo = c == 0xF0 ? 0x90 : 0x80;
+      hi = c == 0xF4 ? 0x8F : 0xBF;
+    } else {
+      return 0;
+    }
+    if (s.size() - i < n) return 0;
+    for (std::size_t k = 1; k < n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF)) return 0;
+    }
+    return n;
   }
   static const char* phase_name(phase p) {
     switch (p) {
@@ -143,17 +225,27 @@ class flight_recorder {
     }
     return "?";
   }
+  // JSON string contents, valid UTF-8 whatever came in (a byte that is not part of a
+  // character becomes U+FFFD), so the report can read every file.
   static std::string escape(std::string_view s) {
     std::string o;
-    for (const char c : s) {
+    for (std::size_t i = 0; i < s.size();) {
+      const char c = s[i];
+      const std::size_t n = utf8_char(s, i);
+      if (n == 0) {
+        o += "\\ufffd";
+        ++i;
+        continue;
+      }
       if (c == '"' || c == '\\') {
         o += '\\';
         o += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
+      } else if (n == 1 && static_cast<unsigned char>(c) < 0x20) {
         o += ' ';
       } else {
-        o += c;
+        o.append(s.substr(i, n));
       }
+      i += n;
     }
     return o;
   }
