@@ -120,27 +120,32 @@ GRADSYNC_DECL void shm_segment::create() {
     fail_errno("shm_open(O_CREAT|O_EXCL)");
   }
   created_ = true;
-  // tmpfs allocates pages on first touch: a segment larger than the free space maps
-  // fine and then dies of SIGBUS. Refuse it here, by name (Docker's default /dev/shm
-  // is 64 MiB).
-  struct statvfs vs {};
-  if (::fstatvfs(fd, &vs) == 0 && vs.f_frsize > 0) {
-    const unsigned long long free_bytes =
-        static_cast<unsigned long long>(vs.f_bavail) * static_cast<unsigned long long>(vs.f_frsize);
-    if (free_bytes < layout_.total) {
-      ::close(fd);
-      fail(errc::transport, "needs " + std::to_string(layout_.total) + " bytes for " +
-                                describe(layout_.geo) + " but the shared-memory filesystem has " +
-                                std::to_string(free_bytes) +
-                                " bytes free; enlarge /dev/shm (e.g. docker --shm-size) or lower "
-                                "shm_options::exchange_bytes / heap_bytes");
-    }
-  }
   if (::fchmod(fd, 0600) != 0 || ::ftruncate(fd, static_cast<off_t>(layout_.total)) != 0) {
     const int e = errno;
     ::close(fd);
     errno = e;
     fail_errno("ftruncate");
+  }
+  // tmpfs allocates pages on first touch: a segment larger than the free space maps
+  // fine and then dies of SIGBUS, and so does one whose space another process takes
+  // later. Reserve every page now and refuse it here, by name (Docker's default
+  // /dev/shm is 64 MiB).
+  if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(layout_.total));
+      e != 0 && e != EOPNOTSUPP && e != EINVAL) {
+    struct statvfs vs {};
+    const std::string free_bytes =
+        ::fstatvfs(fd, &vs) == 0 ? std::to_string(static_cast<unsigned long long>(vs.f_bavail) *
+                                                  static_cast<unsigned long long>(vs.f_frsize)) +
+                                       " bytes free"
+                                 : std::string("free space unknown");
+    ::close(fd);
+    fail(errc::transport, "needs " + std::to_string(layout_.total) + " bytes for " +
+                              describe(layout_.geo) +
+                              " but cannot reserve them on the shared-memory filesystem "
+                              "/dev/shm (" +
+                              free_bytes + "): " + std::strerror(e) +
+                              "; enlarge /dev/shm (e.g. docker --shm-size) or lower "
+                              "shm_options::exchange_bytes / heap_bytes");
   }
   map(fd, layout_.total);
   ::close(fd);
