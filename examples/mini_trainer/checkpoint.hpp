@@ -3,7 +3,8 @@
 // running epoch statistics, in one self-checking file. Written atomically: a temporary
 // file in the same directory, fsync, rename to ckpt-<global step>.bin, fsync of the
 // directory; on any failure the temporary file is removed, so no partial checkpoint is
-// ever left behind. The two newest checkpoints are kept.
+// ever left behind. The two newest checkpoints are kept, so that --resume falls back to
+// the older one when the newest does not load (load_for_resume).
 #pragma once
 
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -162,9 +164,17 @@ inline train_state deserialize(const std::vector<unsigned char>& b, const std::s
 }
 
 /// Creates `dir` if needed and proves it writable by creating and removing a file;
-/// called before training starts so a bad directory fails in the first second.
-inline void check_checkpoint_dir(const std::string& dir) {
+/// called before training starts so a bad directory fails in the first second. With
+/// `resume` the directory must exist already: a mistyped one would otherwise be created
+/// empty and the run would start from scratch.
+inline void check_checkpoint_dir(const std::string& dir, bool resume = false) {
   std::error_code ec;
+  if (resume && !std::filesystem::is_directory(dir, ec)) {
+    throw usage_error("--resume: checkpoint directory " + dir + " does not exist" +
+                      (std::filesystem::exists(dir, ec) ? " (it is not a directory)" : "") +
+                      "; resuming needs the directory an earlier run with --checkpoint wrote "
+                      "(without --resume a run starts fresh and creates it)");
+  }
   std::filesystem::create_directories(dir, ec);
   if (ec) throw usage_error("cannot create checkpoint directory " + dir + ": " + ec.message());
   const std::string probe = dir + "/.probe." + std::to_string(::getpid());
@@ -239,19 +249,26 @@ inline std::string save_checkpoint(const std::string& dir, const train_state& s)
   return final_path;
 }
 
-/// Path of the newest ckpt-*.bin in `dir`, or "" when there is none.
-inline std::string latest_checkpoint(const std::string& dir) {
+/// Paths of the ckpt-*.bin files in `dir`, newest (highest global step) first.
+inline std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
   std::error_code ec;
-  std::uint64_t best = 0;
-  std::string path;
+  std::vector<std::pair<std::uint64_t, std::string>> found;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     std::uint64_t st;
-    if (detail::parse_ckpt_name(e.path().filename().string(), st) && (path.empty() || st > best)) {
-      best = st;
-      path = e.path().string();
+    if (detail::parse_ckpt_name(e.path().filename().string(), st)) {
+      found.emplace_back(st, e.path().string());
     }
   }
-  return path;
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a > b; });
+  std::vector<std::string> paths;
+  for (auto& f : found) paths.push_back(std::move(f.second));
+  return paths;
+}
+
+/// Path of the newest ckpt-*.bin in `dir`, or "" when there is none.
+inline std::string latest_checkpoint(const std::string& dir) {
+  const auto all = checkpoints_newest_first(dir);
+  return all.empty() ? std::string() : all.front();
 }
 
 inline train_state load_checkpoint(const std::string& path) {
@@ -260,6 +277,37 @@ inline train_state load_checkpoint(const std::string& path) {
   std::vector<unsigned char> b((std::istreambuf_iterator<char>(in)),
                                std::istreambuf_iterator<char>());
   return deserialize(b, path);
+}
+
+/// What --resume continues from: the newest checkpoint in `dir` that loads, its path in
+/// `path`. A newer one that does not load (cut short, a flipped bit) is named on `log`
+/// and the older one, kept for this, is tried; when none loads the newest's error is
+/// thrown. Returns false, saying on `log` that the run starts fresh, when `dir` holds no
+/// checkpoint (an elastic relaunch before the first one was written).
+inline bool load_for_resume(const std::string& dir, train_state& out, std::string& path,
+                            std::FILE* log = stderr) {
+  const auto all = checkpoints_newest_first(dir);
+  if (all.empty()) {
+    std::fprintf(log, "--resume: no checkpoint (ckpt-*.bin) in %s: starting fresh\n", dir.c_str());
+    return false;
+  }
+  std::string first_error;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    try {
+      out = load_checkpoint(all[i]);
+      path = all[i];
+      return true;
+    } catch (const usage_error& e) {
+      if (i == 0) first_error = e.what();
+      if (i + 1 < all.size()) {
+        std::fprintf(log, "--resume: %s; resuming from the older %s instead\n", e.what(),
+                     all[i + 1].c_str());
+      }
+    }
+  }
+  throw usage_error(first_error + (all.size() > 1
+                                       ? "; no older checkpoint in " + dir + " loads either"
+                                       : std::string()));
 }
 
 /// Refuses a checkpoint whose arithmetic-defining settings differ from this run's.

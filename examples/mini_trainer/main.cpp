@@ -43,7 +43,7 @@ int run(const mt::config& cfg, std::size_t ranks, bool print_final, Launch&& lau
   shape.dims.push_back(784);
   for (auto h : cfg.hidden) shape.dims.push_back(h);
   shape.dims.push_back(10);
-  if (!cfg.checkpoint_dir.empty()) mt::check_checkpoint_dir(cfg.checkpoint_dir);
+  if (!cfg.checkpoint_dir.empty()) mt::check_checkpoint_dir(cfg.checkpoint_dir, cfg.resume);
   const mt::dataset train = mt::load_split(cfg.data_dir, "train", cfg.limit);
   const mt::dataset test = mt::load_split(cfg.data_dir, "t10k", cfg.limit);
   std::string from;

@@ -349,14 +349,14 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
   return final_line(std::size_t(st.epoch), st.last_test_acc, st.last_loss, weights_hash(w));
 }
 
-/// The starting state: fresh from the seed, or the latest checkpoint in --checkpoint DIR.
+/// The starting state: fresh from the seed, or the newest checkpoint in --checkpoint DIR
+/// that loads (load_for_resume: an older one when the newest is damaged).
 inline train_state initial_state(const config& cfg, const mlp_shape& shape, std::size_t ranks,
                                  std::string& from_path) {
   from_path.clear();
   if (cfg.resume) {
-    from_path = latest_checkpoint(cfg.checkpoint_dir);
-    if (!from_path.empty()) {
-      train_state s = load_checkpoint(from_path);
+    train_state s;
+    if (load_for_resume(cfg.checkpoint_dir, s, from_path)) {
       check_compatible(s, from_path, cfg, shape);
       return s;
     }

@@ -54,6 +54,19 @@ printf '\x13' | dd of="$TMP/ck/ckpt-0000000008.bin" bs=1 seek=300 conv=notrunc s
 run damaged "${small[@]}" --hidden 32,16 --checkpoint "$TMP/ck" --resume
 expect_err damaged 2 "checkpoint $TMP/ck/ckpt-0000000008.bin is corrupt (checksum mismatch)"
 
+# A damaged newest checkpoint with the older one kept: resumed from the older, said on
+# stderr. A mistyped --resume directory: refused, not created (it started from scratch).
+run two "${small[@]}" --hidden 32,16 --checkpoint "$TMP/ck2" --checkpoint-every 4
+expect_ok two
+head -c 1000 "$TMP/ck2/ckpt-0000000008.bin" >"$TMP/cut" && mv "$TMP/cut" "$TMP/ck2/ckpt-0000000008.bin"
+run fallback "${small[@]}" --hidden 32,16 --checkpoint "$TMP/ck2" --resume
+expect_ok fallback
+grep -qF -- "resuming from the older $TMP/ck2/ckpt-0000000004.bin instead" "$TMP/fallback.err" ||
+  { cat "$TMP/fallback.err"; fail "fallback: no line naming the older checkpoint"; }
+run typo "${small[@]}" --hidden 32,16 --checkpoint "$TMP/ck_typo" --resume
+expect_err typo 2 "--resume: checkpoint directory $TMP/ck_typo does not exist"
+[ ! -e "$TMP/ck_typo" ] || fail "a refused --resume created $TMP/ck_typo"
+
 # Flags that cannot work.
 run exact3 "${small[@]}" --ranks 3 --exact-grads
 expect_err exact3 2 "--exact-grads needs a power-of-two rank count"

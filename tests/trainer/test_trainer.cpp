@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -267,6 +268,72 @@ TEST_CASE("checkpoint: round trip, refusals, atomic writes") {
   // A save into a directory that vanished fails without leaving anything behind.
   const std::string gone = error_of([&] { mt::save_checkpoint(tmp.str() + "/missing", s); });
   CHECK(gone.find(tmp.str() + "/missing/") != std::string::npos);
+}
+
+// What load_for_resume printed on its log (a temporary file).
+struct captured_log {
+  std::FILE* f = std::tmpfile();
+  ~captured_log() { std::fclose(f); }
+  captured_log() = default;
+  captured_log(const captured_log&) = delete;
+  captured_log& operator=(const captured_log&) = delete;
+  std::string text() {
+    std::fflush(f);
+    std::rewind(f);
+    std::string out;
+    for (int c; (c = std::fgetc(f)) != EOF;) out += static_cast<char>(c);
+    return out;
+  }
+};
+
+TEST_CASE(
+    "--resume: a damaged newest checkpoint falls back to the older; no directory is an "
+    "error, an empty one a fresh start that says so") {
+  temp_dir tmp;
+  mt::train_state s;
+  s.dims = shape.dims;
+  s.batch = 128, s.seed = 5;
+  mt::mlp::init_params(shape, 1, s.params);
+  s.momentum_buf.assign(s.params.size(), 0.0f);
+  s.global_step = 100;
+  const std::string older = mt::save_checkpoint(tmp.str(), s);
+  s.global_step = 110;
+  const std::string newest = mt::save_checkpoint(tmp.str(), s);
+  fs::resize_file(newest, fs::file_size(newest) / 2);  // cut short by a full disk
+
+  mt::train_state got;
+  std::string from;
+  {
+    captured_log log;
+    REQUIRE(mt::load_for_resume(tmp.str(), got, from, log.f));
+    CHECK(from == older);
+    CHECK(got.global_step == 100);
+    const std::string said = log.text();
+    CHECK_MESSAGE(said.find("checkpoint " + newest + " is") != std::string::npos, said);
+    CHECK_MESSAGE(said.find("resuming from the older " + older + " instead") != std::string::npos,
+                  said);
+  }
+  // Both damaged: the newest's error, and that the older did not load either.
+  fs::resize_file(older, 100);
+  const std::string none = error_of([&] { mt::load_for_resume(tmp.str(), got, from); });
+  CHECK_MESSAGE(none.find("checkpoint " + newest) != std::string::npos, none);
+  CHECK_MESSAGE(
+      none.find("no older checkpoint in " + tmp.str() + " loads either") != std::string::npos,
+      none);
+
+  // A directory that does not exist (mistyped): an error naming it, and not created.
+  const std::string typo = tmp.str() + "/chekpoints";
+  const std::string missing = error_of([&] { mt::check_checkpoint_dir(typo, true); });
+  CHECK_MESSAGE(missing.find("--resume: checkpoint directory " + typo + " does not exist") !=
+                    std::string::npos,
+                missing);
+  CHECK_FALSE(fs::exists(typo));
+  // An empty one (an elastic relaunch before the first checkpoint): a fresh start, said.
+  fs::create_directory(typo);
+  mt::check_checkpoint_dir(typo, true);
+  captured_log log;
+  CHECK_FALSE(mt::load_for_resume(typo, got, from, log.f));
+  CHECK(log.text() == "--resume: no checkpoint (ckpt-*.bin) in " + typo + ": starting fresh\n");
 }
 
 TEST_CASE("data files: errors name the file and what is wrong") {
