@@ -3,6 +3,8 @@
 // block placement, reuse, the slab limit, abandoned blocks and the disabled pool.
 #include <doctest/doctest.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -84,4 +86,24 @@ TEST_CASE("stage pool: disabled or without a limit it hands out nothing") {
   CHECK(tiny.acquire(16 << 10).ptr == nullptr);
   CHECK(off.slabs() == 0);
   CHECK(tiny.slabs() == 0);
+}
+
+TEST_CASE("stage pool: a slab with an abandoned block stays mapped after the pool is gone") {
+  std::byte* kept = nullptr;
+  std::byte* freed = nullptr;
+  {
+    pool p(4 << 20, true);
+    const pool::block a = p.acquire(2 << 20);  // a slab of its own
+    const pool::block b = p.acquire(2 << 20);  // another
+    REQUIRE((a.ptr && b.ptr));
+    std::memset(a.ptr, 0x5a, pool::page);
+    p.abandon(a);  // a send freed unfinished: MPI may still read it after the pool is gone
+    p.release(b);
+    kept = a.ptr;
+    freed = b.ptr;
+  }
+  // msync answers ENOMEM for a range that is not mapped (and reading it would crash).
+  REQUIRE(::msync(kept, pool::page, MS_ASYNC) == 0);
+  CHECK(std::all_of(kept, kept + pool::page, [](std::byte x) { return x == std::byte{0x5a}; }));
+  CHECK(::msync(freed, pool::page, MS_ASYNC) != 0);  // a slab without one is unmapped
 }

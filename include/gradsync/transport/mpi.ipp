@@ -305,7 +305,7 @@ GRADSYNC_DECL void mpi::adopt(std::vector<detail::rank_place> places) {
     find_hosts(std::move(places));
     stall_.setup(size_);
     stage_ = std::make_shared<detail::mpi_stage_pool>(
-        opt_.stage_limit_bytes, opt_.stage_limit_bytes > 0 && detail::thp_available());
+        opt_.stage_limit_bytes, opt_.stage_limit_bytes > 0 && detail::thp_available(), rank_);
     choose_network_cut();
   } catch (...) {
     MPI_Comm_free(&comm_);

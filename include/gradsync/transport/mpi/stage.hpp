@@ -14,6 +14,10 @@
 // until the pool is destroyed, up to `limit_bytes` in all (beyond that a send goes
 // from the caller's memory, as without the pool). Where the kernel has transparent
 // huge pages off ("never"), or off Linux, the pool stays empty and sends are unstaged.
+// A slab holding a block given up while MPI could still read it (abandon(): a send
+// freed unfinished after a timeout or abort) is never unmapped, not even by the
+// destructor: MPI completes such a send in the background, and reading an unmapped page
+// would crash it. The pool logs what it leaves mapped.
 #pragma once
 
 #include <array>
@@ -23,6 +27,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "gradsync/core/log.hpp"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -60,13 +66,28 @@ class mpi_stage_pool {
   };
 
   /// A pool of at most `limit_bytes` of slabs; `enabled` false (or a zero limit) makes
-  /// every acquire() come back empty.
-  mpi_stage_pool(std::size_t limit_bytes, bool enabled)
-      : limit_slabs_(enabled ? limit_bytes / page : 0) {}
+  /// every acquire() come back empty. `rank` names the owner in the log.
+  mpi_stage_pool(std::size_t limit_bytes, bool enabled, std::size_t rank = 0)
+      : limit_slabs_(enabled ? limit_bytes / page : 0), rank_(rank) {}
   mpi_stage_pool(const mpi_stage_pool&) = delete;
   mpi_stage_pool& operator=(const mpi_stage_pool&) = delete;
+  /// Unmaps every slab but those with abandoned blocks, which stay mapped for good.
   ~mpi_stage_pool() {
-    for (std::byte* s : slabs_) unmap(s);
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < slabs_.size(); ++i) {
+      if (held_[i] == 0) {
+        unmap(slabs_[i]);
+      } else {
+        ++kept;
+      }
+    }
+    if (kept) {
+      log(log_level::warn, rank_,
+          "transport::mpi: leaving %zu staging slab(s) of %zu bytes mapped: they hold %zu "
+          "send block(s) given up unfinished (a timeout or abort) that MPI may still read, "
+          "and %zu not released",
+          kept, page, abandoned_, in_use_);
+    }
   }
 
   /// A block of at least `bytes` (<= page) bytes, or an empty one when the pool is
@@ -81,6 +102,7 @@ class mpi_stage_pool {
     block b{list.back(), cls};
     list.pop_back();
     ++in_use_;
+    ++held_[slab_of(b.ptr)];
     return b;
   }
 
@@ -90,10 +112,11 @@ class mpi_stage_pool {
     std::lock_guard lk(m_);
     free_[b.cls].push_back(b.ptr);
     --in_use_;
+    --held_[slab_of(b.ptr)];
   }
 
   /// Gives up a block MPI may still read (a send freed before it completed): it is
-  /// never handed out again.
+  /// never handed out again, and its slab is never unmapped (it stays held).
   void abandon(block b) {
     if (!b.ptr) return;
     std::lock_guard lk(m_);
@@ -132,9 +155,17 @@ class mpi_stage_pool {
       return false;
     }
     slabs_.push_back(s);
+    held_.push_back(0);
     const std::size_t bytes = min_block << cls;
     for (std::size_t off = page; off >= bytes; off -= bytes) free_[cls].push_back(s + off - bytes);
     return true;
+  }
+
+  // The index of the slab `p` lies in (lock held; a handful of slabs).
+  std::size_t slab_of(const std::byte* p) const {
+    std::size_t i = 0;
+    while (i + 1 < slabs_.size() && !(p >= slabs_[i] && p < slabs_[i] + page)) ++i;
+    return i;
   }
 
   // A page-sized mapping aligned to `page` (so the kernel can back it by one huge page).
@@ -164,7 +195,9 @@ class mpi_stage_pool {
 
   mutable std::mutex m_;
   std::size_t limit_slabs_;
+  std::size_t rank_;
   std::vector<std::byte*> slabs_;
+  std::vector<std::size_t> held_;  // per slab: blocks handed out and not released
   std::array<std::vector<std::byte*>, classes> free_{};
   std::size_t in_use_ = 0, abandoned_ = 0;
 };
