@@ -33,7 +33,7 @@ struct allreducer_options {
   std::string metrics = observe::metrics_file::env_dir();
   /// The file's name, `<metrics_job>.rank<R>.prom`: give each allreducer of a process its own.
   std::string metrics_job = "gradsync";
-  /// The job's id, in the file's name (`<metrics_job>.<id>.rank<R>.prom`) and a job_id
+  /// The job's id, in the file's name (`<metrics_job>.ID.rank<R>.prom`) and a job_id
   /// label, so that two jobs on one node do not write one file; "" = neither. Default:
   /// the launcher's (observe::metrics_file::env_job_id()).
   std::string metrics_job_id = observe::metrics_file::env_job_id();

@@ -45,7 +45,7 @@ class flight_recorder {
   enum class phase : std::uint8_t { entered, checked, done, failed };
 
   /// Writes `<path>.rank<rank>.json` on dump() (stderr when `path` is empty), or
-  /// `<path>.<n>.rank<rank>.json` when n-1 live recorders of this process have that name
+  /// `<path>.N.rank<rank>.json` when N-1 live recorders of this process have that name
   /// already; keeps the last `depth` calls.
   explicit flight_recorder(const std::string& path = env_path(), std::size_t rank = 0,
                            std::size_t depth = 64)

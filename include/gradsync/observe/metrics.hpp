@@ -39,9 +39,9 @@ class metrics_file {
 
   metrics_file() = default;
   /// Writes `DIR/<job>.rank<rank>.prom` when `dir` is not empty, or
-  /// `DIR/<job>.<job_id>.rank<rank>.prom` when `job_id` (the launcher's, env_job_id()) is
+  /// `DIR/<job>.ID.rank<rank>.prom` when `job_id` (ID: the launcher's, env_job_id()) is
   /// not empty; `labels` (such as `transport="mpi",algorithm="ring"`) go on every sample,
-  /// after rank="R" (and job_id="<job_id>", so two jobs' samples stay two series).
+  /// after rank="R" (and a job_id label, so two jobs' samples stay two series).
   metrics_file(const std::string& dir, const std::string& job, std::size_t rank,
                const std::string& labels = {}, double interval_s = env_interval(),
                const std::string& job_id = env_job_id())
