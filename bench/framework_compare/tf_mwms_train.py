@@ -111,6 +111,8 @@ def build_model(tf, seed):
 
 
 def worker(a, rank, size, local_size):
+    if a.global_batch % size:  # before TensorFlow starts: a worker alone would wait for the rest
+        raise SystemExit(f"--global-batch {a.global_batch} does not split over {size} workers")
     os.environ["TF_CONFIG"] = json.dumps(tf_config(a, rank, size, local_size))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
@@ -123,8 +125,6 @@ def worker(a, rank, size, local_size):
         implementation=tf.distribute.experimental.CommunicationImplementation.RING)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
     G = a.global_batch
-    if G % size:
-        raise SystemExit(f"--global-batch {G} does not split over {size} workers")
 
     x, y = fashion_mnist(a.data, "train", a.limit)
 
@@ -190,10 +190,19 @@ def spawn(a):
         env = dict(os.environ, FC_TF_RANK=str(r), FC_TF_SIZE=str(a.workers))
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:],
                                       env=env))
-    rc = 0
+    # A worker that dies leaves the others waiting in a collective: stop them all then.
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [c for c in codes if c not in (None, 0)]
+        if failed or all(c == 0 for c in codes):
+            break
+        time.sleep(0.5)
     for p in procs:
-        rc = p.wait() or rc
-    return rc
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        p.wait()
+    return failed[0] if failed else 0
 
 
 def main():
