@@ -230,6 +230,11 @@ std::unique_ptr<engine> open_store_engine(std::size_t rank, std::size_t size,
     if (hosts[q] != hosts[0] && elsewhere == size) elsewhere = q;
   }
   if (elsewhere != size) {
+    // Every rank read every host before any refuses: rank 0 serves a TCPStore, and its
+    // exit would otherwise cut the others off mid-read (they saw "Broken pipe", not this).
+    const std::string read = gen + "/hosts_read";
+    if (store.add(read, 1) == static_cast<std::int64_t>(size)) store.set(read + "/all", "1");
+    store.get(read + "/all");
     fail(errc::invalid_argument, rank,
          "rank 0 runs on host '" + hosts[0] + "' and rank " + std::to_string(elsewhere) + " on '" +
              hosts[elsewhere] +
