@@ -37,7 +37,12 @@ mpi_cflags, mpi_libs = open_mpi_flags()
 torch_system = [f for d in include_paths() for f in ("-isystem", d)]
 sources = ["module.cpp", "process_group.cpp", "launch.cpp", "engine_shm.cpp", "engine_mpi.cpp",
            "engine_two_level.cpp", "gradsync_src.cpp"]
-cxx = ["-std=c++20", "-O2", "-g0", "-Wall", "-Wextra", "-DGRADSYNC_SEPARATE_COMPILATION",
+# GRADSYNC_TORCH_OPT: the optimisation level (default 2). gradsync's test build sets its
+# -Dbench_optimization (1 there: the backend's tests and benchmark smoke, not timed).
+opt = os.environ.get("GRADSYNC_TORCH_OPT", "2")
+if opt not in ("0", "1", "2", "3"):
+    raise SystemExit(f"gradsync_torch: GRADSYNC_TORCH_OPT={opt!r}; use 0, 1, 2 or 3")
+cxx = ["-std=c++20", f"-O{opt}", "-g0", "-Wall", "-Wextra", "-DGRADSYNC_SEPARATE_COMPILATION",
        "-DOMPI_SKIP_MPICXX=1", "-D_FILE_OFFSET_BITS=64"] + torch_system + mpi_cflags
 
 # GRADSYNC_TORCH_BUILD_DIR: where the objects go (the meson build keeps them in its own
