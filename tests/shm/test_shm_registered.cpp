@@ -7,7 +7,9 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,7 +17,10 @@
 #include <gradsync/algo/auto_select.hpp>
 #include <gradsync/algo/direct.hpp>
 #include <gradsync/algo/ring.hpp>
+#include <gradsync/allgather.hpp>
 #include <gradsync/allreduce.hpp>
+#include <gradsync/broadcast.hpp>
+#include <gradsync/reduce_scatter.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 #include <gradsync/transport/shm.hpp>
 
@@ -107,6 +112,71 @@ void run_on(std::size_t n, std::size_t unregistered_rank) {
        .configure = [](gs::transport::shm_options& o) { o.heap_bytes = heap_bytes; },
        .while_running = {}});
   check_outcomes(out);
+}
+
+// A peer whose registered-buffer notes lie (corrupt or mismatched): while `lie` is set,
+// rank `liar` publishes it as its buffer's offset in its heap.
+struct lying_shm : gs::transport::shm {
+  lying_shm(gs::transport::shm_options o, std::size_t liar) : shm(std::move(o)), liar_(liar) {}
+  std::size_t registered_offset(const void* p, std::size_t bytes) const {
+    const std::size_t off = shm::registered_offset(p, bytes);
+    return rank() == liar_ && off != npos && lie ? *lie : off;
+  }
+  std::optional<std::size_t> lie;
+  std::size_t liar_;
+};
+
+// Each direct collective on registered buffers while rank 1 lies with `lie(real offset)`:
+// every rank throws errc::mismatch naming rank 1 and `part`; then, the lie withdrawn,
+// an allreduce on the same transport is exact (the failed call left the slots usable).
+// `bytes_too`: also allgather and broadcast, which move bytes (no alignment to check).
+template <class Lie>
+void lying_peer_case(lying_shm& t, rank_env& env, const std::string& tag, const std::string& part,
+                     bool bytes_too, Lie&& lie) {
+  const std::size_t n = t.size(), count = 9001 * n;
+  auto in = t.allocate<float>(count);
+  auto out = t.allocate<float>(count);
+  auto chunk = t.allocate<float>(count / n);
+  const std::size_t real = t.registered_offset(in.data(), count * sizeof(float));
+  auto reset = [&] {
+    gs::testing::fill_inputs(in.span(), gs::op::sum_t::id, t.rank(), n);
+    std::fill(out.data(), out.data() + count, 0.0f);
+  };
+  // Every rank must throw errc::mismatch naming rank 1 and what was wrong.
+  auto expect = [&](const std::string& what, auto&& call) {
+    std::string got = "no error";
+    try {
+      call();
+    } catch (const gs::error& e) {
+      got = e.what();
+      if (e.code() == gs::errc::mismatch &&
+          got.find("rank 1 published a registered buffer") != std::string::npos &&
+          got.find(part) != std::string::npos) {
+        got.clear();
+      }
+    }
+    if (!got.empty())
+      std::fprintf(stderr, "rank %zu, %s: %s\n", t.rank(), what.c_str(), got.c_str());
+    env.report(tag + "/" + what, got.empty() ? 0 : 1, 0);
+  };
+  reset();
+  t.lie = lie(real);
+  expect("allreduce",
+         [&] { gs::allreduce<gs::algo::direct_two_shot>(t, in.span(), gs::op::sum_t{}); });
+  if (bytes_too) {
+    expect("allgather",
+           [&] { gs::allgather(t, std::span<const float>(chunk.span()), out.span()); });
+    expect("broadcast", [&] { gs::broadcast(t, in.span(), 1); });
+  }
+  expect("reduce_scatter", [&] {
+    gs::reduce_scatter(t, std::span<const float>(in.span()), chunk.span(), gs::op::sum_t{});
+  });
+  t.lie.reset();
+  reset();
+  gs::allreduce<gs::algo::direct_two_shot>(t, in.span(), gs::op::sum_t{});
+  env.report(tag + "/after",
+             gs::testing::count_wrong(std::span<const float>(in.span()), gs::op::sum_t::id, n),
+             gs::testing::fnv1a64(in.data(), count * sizeof(float)));
 }
 
 }  // namespace
@@ -204,4 +274,30 @@ TEST_CASE("shm: a segment larger than the free shared memory is refused by name"
     CHECK(std::string(e.what()).find("heap 4398046511104 bytes") != std::string::npos);
   }
   CHECK_FALSE(gs::testbed::segment_exists(o.job));
+}
+
+TEST_CASE(
+    "shm registered buffers: a peer's note outside its heap or misaligned is a mismatch "
+    "naming it on every rank, and the transport stays usable") {
+  gs::testbed::watchdog wd(120, "shm registered buffers with a lying peer");
+  const std::string job = gs::testbed::unique_job("lying");
+  const auto out = gs::testbed::fork_ranks(
+      3, gs::testbed::unique_job("lyingboot"),
+      [&job](gs::transport::shm& boot, rank_env& env) {
+        gs::transport::shm_options o;
+        o.rank = boot.rank();
+        o.size = boot.size();
+        o.job = job;
+        o.heap_bytes = heap_bytes;
+        lying_shm t(o, 1);
+        lying_peer_case(t, env, "past the end", "outside its heap", true,
+                        [](std::size_t) { return heap_bytes - 8; });
+        lying_peer_case(t, env, "wrapping", "outside its heap", true,
+                        [](std::size_t) { return ~std::size_t{0} - 64; });
+        lying_peer_case(t, env, "misaligned", "not aligned to 4 bytes", false,
+                        [](std::size_t real) { return real + 2; });
+      },
+      {.time_limit = 100, .max_records = 64, .configure = {}, .while_running = {}});
+  check_outcomes(out);
+  CHECK(out[0].records.size() == 13);
 }

@@ -52,9 +52,9 @@ struct allgather_direct {
     const std::uint64_t note = detail::registered_note_of(t, mine.data(), b);
     c.open_header(h, "allgather", &note, sizeof note);
     const bool stream = out.size() >= detail::direct_stream_min_bytes;
-    if (detail::all_registered(c)) {
+    if (detail::all_registered(c, b)) {
       for (std::size_t j = 0; j < n; ++j) {
-        const std::byte* src = j == r ? mine.data() : detail::registered_at(c, j);
+        const std::byte* src = j == r ? mine.data() : detail::registered_at(c, j, b);
         detail::copy_out(out.data() + j * b, src, b, stream);
       }
       c.close_in_place(stream);

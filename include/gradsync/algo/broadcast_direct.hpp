@@ -60,8 +60,8 @@ struct broadcast_direct {
       return is_root ? b : 0;
     }
     const bool stream = b >= detail::direct_stream_min_bytes;
-    if (detail::note_of(c, root) != detail::not_registered) {
-      if (!is_root) detail::copy_out(data.data(), detail::registered_at(c, root), b, stream);
+    if (detail::note_of(c, root, b) != detail::not_registered) {
+      if (!is_root) detail::copy_out(data.data(), detail::registered_at(c, root, b), b, stream);
       c.close_in_place(stream);
       return 0;
     }

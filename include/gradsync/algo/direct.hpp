@@ -111,7 +111,7 @@ struct direct_two_shot {
     const bool stream = c.count_ * sizeof(T) >= detail::direct_stream_min_bytes;
     const std::uint64_t note = detail::registered_note(c);
     c.open(name, false, &note, sizeof note);
-    if (detail::all_registered(c)) {
+    if (detail::all_registered(c, c.count_ * sizeof(T))) {
       c.check_finite_first();
       return detail::two_shot_registered(c, op, stream);
     }

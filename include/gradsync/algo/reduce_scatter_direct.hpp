@@ -61,11 +61,12 @@ struct reduce_scatter_direct {
     const std::uint64_t note = detail::registered_note_of(t, in.data(), bytes);
     c.open_header(h, "reduce_scatter", &note, sizeof note);
     c.after_open(agreed);
-    if (detail::all_registered(c)) {
+    if (detail::all_registered(c, bytes)) {
       detail::reduce_rank_order(
           out.data(),
           [&](std::size_t j) -> const T* {
-            return (j == r ? in.data() : reinterpret_cast<const T*>(detail::registered_at(c, j))) +
+            return (j == r ? in.data()
+                           : reinterpret_cast<const T*>(detail::registered_at(c, j, bytes))) +
                    r * m;
           },
           n, m, op);

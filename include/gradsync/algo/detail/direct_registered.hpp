@@ -17,9 +17,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "gradsync/algo/detail/direct_call.hpp"
 #include "gradsync/algo/detail/partition.hpp"
+#include "gradsync/core/error.hpp"
 
 namespace gradsync::algo::detail {
 
@@ -29,6 +32,7 @@ concept registered_memory_transport = requires(const Tr& ct, const void* p, std:
                                                std::size_t b) {
   { ct.registered_offset(p, b) } -> std::same_as<std::size_t>;  // offset in own heap
   { ct.heap(i) } -> std::same_as<const std::byte*>;             // rank i's heap
+  { ct.heap_bytes() } -> std::same_as<std::size_t>;             // each rank's heap size
   { Tr::npos } -> std::convertible_to<std::size_t>;             // "not registered"
 };
 
@@ -55,34 +59,59 @@ std::uint64_t registered_note(direct_call<Tr, T, Op>& c) {
   return registered_note_of(c.t_, c.data_, c.count_ * sizeof(T));
 }
 
-/// After open(): the note rank j published at the start of its payload.
+/// After open(): the note rank j published at the start of its payload, checked before
+/// anyone reads through it: a registered span of `bytes` must lie inside rank j's heap,
+/// aligned for T (a corrupt note would have this rank read another rank's memory out of
+/// bounds, or sum the wrong bytes identically on every rank, which no verify can see).
+/// Every rank reads the same notes, so on a bad one every rank closes the call and throws
+/// errc::mismatch naming rank j.
 template <class Tr, class T, class Op>
-std::uint64_t note_of(direct_call<Tr, T, Op>& c, std::size_t j) {
+std::uint64_t note_of(direct_call<Tr, T, Op>& c, std::size_t j, std::size_t bytes) {
   std::uint64_t off;
   std::memcpy(&off, c.payload_bytes(j), sizeof off);
-  return off;
+  if (off == not_registered) return off;
+  std::string bad;
+  if constexpr (registered_memory_transport<Tr>) {
+    const std::uint64_t heap = c.t_.heap_bytes();
+    if (off > heap || bytes > heap - off) {
+      bad = "a registered buffer of " + std::to_string(bytes) + " bytes at offset " +
+            std::to_string(off) + ", outside its heap of " + std::to_string(heap) + " bytes";
+    } else if (off % alignof(T) != 0) {
+      bad = "a registered buffer at offset " + std::to_string(off) + ", not aligned to " +
+            std::to_string(alignof(T)) + " bytes";
+    }
+  } else {
+    bad = "a registered-buffer note (" + std::to_string(off) + ") on a transport without a heap";
+  }
+  if (bad.empty()) return off;
+  c.close();  // nobody reads through the notes: a later call can reuse the slots
+  throw error(errc::mismatch, {c.r_, j, c.ctx_.seq},
+              "rank " + std::to_string(j) + " published " + bad +
+                  " (a corrupt or mismatched peer); the call reads nothing through it");
 }
 
-/// After open(): where rank j's registered buffer lies in this process (its heap, at the
-/// offset it published). Only meaningful when its note is not not_registered; nullptr on
-/// transports without a heap.
+/// After open(): where rank j's registered buffer of `bytes` lies in this process (its
+/// heap, at the offset it published, checked by note_of). Only meaningful when its note
+/// is not not_registered; nullptr on transports without a heap.
 template <class Tr, class T, class Op>
-const std::byte* registered_at(direct_call<Tr, T, Op>& c, std::size_t j) {
+const std::byte* registered_at(direct_call<Tr, T, Op>& c, std::size_t j, std::size_t bytes) {
   if constexpr (registered_memory_transport<Tr>) {
-    return c.t_.heap(j) + note_of(c, j);
+    return c.t_.heap(j) + note_of(c, j, bytes);
   } else {
-    (void)c, (void)j;
+    (void)c, (void)j, (void)bytes;
     return nullptr;
   }
 }
 
-/// After open(): whether every rank's vector is registered (the same answer everywhere).
+/// After open(): whether every rank's vector of `bytes` is registered (the same answer
+/// everywhere); throws as note_of on a note that does not fit its rank's heap.
 template <class Tr, class T, class Op>
-bool all_registered(direct_call<Tr, T, Op>& c) {
-  for (std::size_t j = 0; j < c.n_; ++j) {
-    if (note_of(c, j) == not_registered) return false;
+bool all_registered(direct_call<Tr, T, Op>& c, std::size_t bytes) {
+  bool all = true;
+  for (std::size_t j = 0; j < c.n_; ++j) {  // every note checked, registered or not
+    if (note_of(c, j, bytes) == not_registered) all = false;
   }
-  return true;
+  return all;
 }
 
 /// The reduce and gather phases on registered vectors (see the file comment); ends
@@ -92,12 +121,13 @@ void two_shot_registered(direct_call<Tr, T, Op>& c, Op op, bool stream) {
   if constexpr (registered_memory_transport<Tr>) {
     Tr& t = c.t_;
     const std::size_t n = c.n_, r = c.r_;
-    auto vec = [&](std::size_t j) -> const T* {
-      if (j == r) return c.data_;
-      std::uint64_t off;
-      std::memcpy(&off, c.payload_bytes(j), sizeof off);
-      return reinterpret_cast<const T*>(t.heap(j) + off);
-    };
+    // Each peer's vector once, through the checked notes (all_registered passed).
+    std::vector<const T*> peer(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      peer[j] =
+          j == r ? c.data_ : reinterpret_cast<const T*>(registered_at(c, j, c.count_ * sizeof(T)));
+    }
+    auto vec = [&](std::size_t j) -> const T* { return peer[j]; };
     constexpr std::size_t blk = std::max<std::size_t>(1, direct_block_bytes / sizeof(T));
     T* tmp = static_cast<T*>(t.scratch().get(registered_scratch_slot, blk * sizeof(T)));
     const range my = part(c.count_, n, r);
