@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "gradsync/algo/detail/direct_call.hpp"
 #include "gradsync/algo/detail/partition.hpp"
@@ -59,6 +58,15 @@ std::uint64_t registered_note(direct_call<Tr, T, Op>& c) {
   return registered_note_of(c.t_, c.data_, c.count_ * sizeof(T));
 }
 
+/// A bad note of rank j (`what` it published): closes the call and throws.
+template <class Tr, class T, class Op>
+[[noreturn]] void bad_note(direct_call<Tr, T, Op>& c, std::size_t j, const std::string& what) {
+  c.close();  // nobody reads through the notes: a later call can reuse the slots
+  throw error(errc::mismatch, {c.r_, j, c.ctx_.seq},
+              "rank " + std::to_string(j) + " published " + what +
+                  " (a corrupt or mismatched peer); the call reads nothing through it");
+}
+
 /// After open(): the note rank j published at the start of its payload, checked before
 /// anyone reads through it: a registered span of `bytes` must lie inside rank j's heap,
 /// aligned for T (a corrupt note would have this rank read another rank's memory out of
@@ -70,24 +78,21 @@ std::uint64_t note_of(direct_call<Tr, T, Op>& c, std::size_t j, std::size_t byte
   std::uint64_t off;
   std::memcpy(&off, c.payload_bytes(j), sizeof off);
   if (off == not_registered) return off;
-  std::string bad;
   if constexpr (registered_memory_transport<Tr>) {
     const std::uint64_t heap = c.t_.heap_bytes();
-    if (off > heap || bytes > heap - off) {
-      bad = "a registered buffer of " + std::to_string(bytes) + " bytes at offset " +
-            std::to_string(off) + ", outside its heap of " + std::to_string(heap) + " bytes";
-    } else if (off % alignof(T) != 0) {
-      bad = "a registered buffer at offset " + std::to_string(off) + ", not aligned to " +
-            std::to_string(alignof(T)) + " bytes";
-    }
+    const bool inside = off <= heap && bytes <= heap - off;
+    if (inside && off % alignof(T) == 0) return off;
+    bad_note(c, j,
+             inside ? "a registered buffer at offset " + std::to_string(off) + ", not aligned to " +
+                          std::to_string(alignof(T)) + " bytes"
+                    : "a registered buffer of " + std::to_string(bytes) + " bytes at offset " +
+                          std::to_string(off) + ", outside its heap of " + std::to_string(heap) +
+                          " bytes");
   } else {
-    bad = "a registered-buffer note (" + std::to_string(off) + ") on a transport without a heap";
+    bad_note(
+        c, j,
+        "a registered-buffer note (" + std::to_string(off) + ") on a transport without a heap");
   }
-  if (bad.empty()) return off;
-  c.close();  // nobody reads through the notes: a later call can reuse the slots
-  throw error(errc::mismatch, {c.r_, j, c.ctx_.seq},
-              "rank " + std::to_string(j) + " published " + bad +
-                  " (a corrupt or mismatched peer); the call reads nothing through it");
 }
 
 /// After open(): where rank j's registered buffer of `bytes` lies in this process (its
@@ -121,13 +126,11 @@ void two_shot_registered(direct_call<Tr, T, Op>& c, Op op, bool stream) {
   if constexpr (registered_memory_transport<Tr>) {
     Tr& t = c.t_;
     const std::size_t n = c.n_, r = c.r_;
-    // Each peer's vector once, through the checked notes (all_registered passed).
-    std::vector<const T*> peer(n);
-    for (std::size_t j = 0; j < n; ++j) {
-      peer[j] =
-          j == r ? c.data_ : reinterpret_cast<const T*>(registered_at(c, j, c.count_ * sizeof(T)));
-    }
-    auto vec = [&](std::size_t j) -> const T* { return peer[j]; };
+    // Through the checked notes (all_registered passed; a check is a few compares).
+    auto vec = [&](std::size_t j) -> const T* {
+      return j == r ? c.data_
+                    : reinterpret_cast<const T*>(registered_at(c, j, c.count_ * sizeof(T)));
+    };
     constexpr std::size_t blk = std::max<std::size_t>(1, direct_block_bytes / sizeof(T));
     T* tmp = static_cast<T*>(t.scratch().get(registered_scratch_slot, blk * sizeof(T)));
     const range my = part(c.count_, n, r);
