@@ -61,7 +61,7 @@ TEST_CASE("buckets start while backward still runs") {
   };
   std::vector<double> lead_us(2, -1);
   std::vector<std::size_t> buckets(2, 0);
-  const std::string trace = "test_data_parallel_overlap.json";
+  const std::string trace = "test_overlap.json";
   gs::transport::run_local(2, [&](local& t) {
     auto m = std::make_shared<deep_impl>();
     using sync_t = gs::allreducer<local, gs::algo::ring, gs::fusion::zero_copy<160 << 10>>;
