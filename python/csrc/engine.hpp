@@ -75,7 +75,8 @@ std::unique_ptr<engine> open_engine(std::size_t rank, std::size_t size, gradsync
                                     const kv_store& store);
 
 /// Ends MPI if open_engine started it and no engine failed; call after every engine is
-/// gone (Python's atexit). A no-op otherwise.
+/// gone (Python's atexit). The ranks meet first, waiting for a late one up to the longest
+/// timeout of the MPI-launched groups (transport::finalize_job). A no-op otherwise.
 void finalize_mpi() noexcept;
 
 /// Records that an engine call failed: MPI is then left for the launcher to end.

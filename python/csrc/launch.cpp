@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -43,6 +44,9 @@ using gradsync::errc;
 // to the launcher instead of a barrier that the failed peers may never reach).
 std::atomic<bool> mpi_started_here{false};
 std::atomic<bool> engine_failed{false};
+// The longest timeout of the MPI-launched groups (seconds): how long the end of the job
+// waits for ranks still tearing down (another framework's groups can take over 10 s).
+std::atomic<double> end_of_job_grace_s{0.0};
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -111,6 +115,10 @@ void ensure_mpi(std::size_t rank) {
 std::unique_ptr<engine> open_mpi_engine(std::size_t rank, gradsync::seconds_d timeout,
                                         const std::string& choice) {
   ensure_mpi(rank);
+  double grace = end_of_job_grace_s.load();  // raised to this group's timeout
+  while (grace < timeout.count() &&
+         !end_of_job_grace_s.compare_exchange_weak(grace, timeout.count())) {
+  }
   int wr = 0, ws = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wr);
   MPI_Comm_size(MPI_COMM_WORLD, &ws);
@@ -295,7 +303,13 @@ void finalize_mpi() noexcept {
   if (!mpi_started_here.exchange(false) || engine_failed) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) (void)gradsync::transport::finalize_job(0);
+  if (finalized) return;
+  // A late rank gets as long as it would in a collective: the groups' timeout. Capped so
+  // that the conversion to milliseconds cannot overflow (a year is as good as forever).
+  const double grace_s = std::min(end_of_job_grace_s.load(), 365.0 * 24 * 3600);
+  (void)gradsync::transport::finalize_job(
+      0, grace_s > 0 ? std::chrono::milliseconds(static_cast<std::int64_t>(grace_s * 1000))
+                     : std::chrono::milliseconds(std::chrono::seconds(10)));
 }
 
 }  // namespace gradsync_torch

@@ -15,7 +15,9 @@ rc=$?
 t=$(sed -n 's/^rank 0 finalize_job \([0-9.]*\) s$/\1/p' "$out")
 [ -n "$t" ] || fail "late: rank 0 did not return from finalize_job"
 awk -v t="$t" 'BEGIN { exit !(t >= 1.3) }' || fail "late: rank 0 left after $t s, before rank 1 arrived"
-echo "ok late: rank 0 waited $t s for rank 1, both exited 0"
+notes=$(grep -c '^\[gradsync\] rank 0: waiting for the other ranks to reach the end of the job: [0-9]* ms so far, at most 10000 ms$' "$out")
+[ "$notes" -ge 2 ] || fail "late: $notes notes of rank 0 waiting, expected at least 2 (after 0.5 and 1 s)"
+echo "ok late: rank 0 waited $t s for rank 1 with $notes notes, both exited 0"
 
 start=$(date +%s%N)
 timeout 60 "$@" -n 2 "$probe" absent >"$out" 2>&1

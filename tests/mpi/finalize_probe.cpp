@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // transport::finalize_job's two bounds, run by finalize.sh on 2 ranks:
 //   late   rank 1 reaches finalize_job 1.5 s after rank 0: rank 0 waits for it in the
-//          barrier, both exit 0.
+//          barrier, saying so every doubling of 0.5 s, and both exit 0.
 //   absent rank 1 never reaches it: rank 0 exits with its own status after `grace`
 //          (1 s here) and says that not every rank reached the end of the job.
 // Rank 0 prints how long its finalize_job took ("rank 0 finalize_job ... s").
@@ -25,8 +25,10 @@ int main(int argc, char** argv) {
     return gradsync::transport::finalize_job(0);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const int rc =
-      gradsync::transport::finalize_job(absent ? 5 : 0, std::chrono::seconds(absent ? 1 : 10));
+  const int rc = absent ? gradsync::transport::finalize_job(5, std::chrono::seconds(1))
+                        : gradsync::transport::finalize_job(0, std::chrono::seconds(10),
+                                                            std::chrono::seconds(3),
+                                                            std::chrono::milliseconds(500));
   std::printf("rank 0 finalize_job %.2f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return rc;

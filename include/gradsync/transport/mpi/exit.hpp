@@ -62,46 +62,62 @@ inline constexpr const char* end_of_job_mark = "ending the job";
 }
 
 /// MPI_Finalize, then returns `rc`, within a bounded time. The ranks first meet in a
-/// barrier on MPI_COMM_WORLD; if some rank has not arrived after `grace`, this one says so
-/// on stderr and exits with `rc`. Past the barrier every rank has finished, and
-/// MPI_Finalize gets `after_barrier` before this rank exits with `rc` and a note. MPICH
+/// barrier on MPI_COMM_WORLD; while some rank has not arrived this one says so on stderr
+/// after `note_every`, then after each doubling of that wait (so a long `grace` is not
+/// silent), and after `grace` it exits with `rc`. Past the barrier every rank has finished,
+/// and MPI_Finalize gets `after_barrier` before this rank exits with `rc` and a note. MPICH
 /// before 4.2 over UCX's TCP transport hangs there across hosts in most jobs whose ranks
 /// talked across the link: a rank still closing its connections waits for a peer that
 /// already sits in the launcher's final barrier (pmodels/mpich#6596). The launcher may then
 /// report the job as failed although every rank finished: the note tells why. A healthy
 /// MPI_Finalize after a barrier takes milliseconds (0.01-0.04 s across simulated hosts).
 inline int finalize_job(int rc, std::chrono::milliseconds grace = std::chrono::seconds(10),
-                        std::chrono::milliseconds after_barrier = std::chrono::seconds(3)) {
+                        std::chrono::milliseconds after_barrier = std::chrono::seconds(3),
+                        std::chrono::milliseconds note_every = std::chrono::seconds(10)) {
   using clock = std::chrono::steady_clock;
+  using ms = std::chrono::milliseconds;
   std::fflush(stdout);
   std::fflush(stderr);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (!initialized || finalized) return rc;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   // When the barrier ended (0: not yet), for the watchdog; shared, so that the detached
   // thread never outlives what it reads.
   auto passed = std::make_shared<std::atomic<clock::rep>>(0);
   const auto start = clock::now();
-  std::thread([passed, rc, grace, after_barrier, start] {
+  std::thread([passed, rank, rc, grace, after_barrier, note_every, start] {
+    auto next_note = std::max(note_every, ms(1));
     for (;;) {
       const auto now = clock::now();
       const clock::rep at = passed->load();
-      if (at == 0 && now - start >= grace) {
+      const auto waited = std::chrono::duration_cast<ms>(now - start);
+      if (at == 0 && waited >= grace) {
         std::fprintf(stderr,
-                     "[gradsync] not every rank reached the end of the job within %lld ms "
-                     "(MPI_Barrier before MPI_Finalize); exiting with status %d\n",
-                     static_cast<long long>(grace.count()), rc);
+                     "[gradsync] rank %d: not every rank reached the end of the job within "
+                     "%lld ms (MPI_Barrier before MPI_Finalize); exiting with status %d\n",
+                     rank, static_cast<long long>(grace.count()), rc);
         break;
+      }
+      if (at == 0 && waited >= next_note) {
+        std::fprintf(stderr,
+                     "[gradsync] rank %d: waiting for the other ranks to reach the end of the "
+                     "job: %lld ms so far, at most %lld ms\n",
+                     rank, static_cast<long long>(waited.count()),
+                     static_cast<long long>(grace.count()));
+        std::fflush(stderr);
+        next_note *= 2;
       }
       if (at != 0 && now - clock::time_point(clock::duration(at)) >= after_barrier) {
         std::fprintf(stderr,
-                     "[gradsync] MPI_Finalize did not return within %lld ms (every rank had "
-                     "finished); exiting with status %d\n",
-                     static_cast<long long>(after_barrier.count()), rc);
+                     "[gradsync] rank %d: MPI_Finalize did not return within %lld ms (every "
+                     "rank had finished); exiting with status %d\n",
+                     rank, static_cast<long long>(after_barrier.count()), rc);
         break;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      std::this_thread::sleep_for(ms(10));
     }
     std::fflush(stderr);
     std::_Exit(rc);
