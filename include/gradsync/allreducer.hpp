@@ -230,6 +230,10 @@ class allreducer {
   /// first error of the step. After allreduce_async() it waits for that step, unless
   /// its handle was already waited on; with no step open it runs a whole step.
   void wait() { core_.wait(); }
+  /// Forgets every bucket's compression state (error-feedback residuals, PowerSGD's
+  /// warm-start Q), as a new plan does; between steps only (errc::invalid_argument in
+  /// one). Call it on every rank at the same step: PowerSGD's Q must match across ranks.
+  void reset_compression_state() { core_.reset_compression_state(); }
   /// True when the current step (if any) has completed.
   bool test() const { return core_.test(); }
 

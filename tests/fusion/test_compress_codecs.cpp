@@ -2,7 +2,8 @@
 // The lossy codecs (compress::int8, compress::topk) and error feedback: their kernels
 // exact where the scheme is exact (int8 of values on its grid, top-k's picks and
 // tie-breaks against a full sort), the residual equal to input minus what was sent,
-// carried to the next step and started afresh with a new plan; through the allreducer
+// carried to the next step and started afresh with a new plan, after a non-finite step
+// and on reset_compression_state(); through the allreducer
 // on the local transport the results are bitwise equal on every rank and the wire bytes
 // are the ones the messages carried.
 #include <doctest/doctest.h>
@@ -599,5 +600,117 @@ TEST_CASE("int8 tensors are refused by the allreducer, naming the tensor and the
     std::vector<std::int8_t> v(5, 3);
     gs::allreduce<gs::algo::ring>(t, std::span<std::int8_t>(v), gs::op::sum);
     CHECK(v[4] == 3);
+  });
+}
+
+namespace {
+// Every step's result on each of 2 local ranks: one registered 64 x 48 matrix "W" (a
+// matrix for powersgd, a plain tensor of 3072 floats for the others), inputs in(r, s, i),
+// and between(ar, s) called on every rank before step s.
+constexpr std::size_t state_rows = 64, state_cols = 48, state_count = state_rows * state_cols;
+
+template <class C, class In, class Between>
+std::vector<std::vector<std::vector<float>>> steps_of(std::size_t steps, In in, Between between) {
+  std::vector<std::vector<std::vector<float>>> out(2);  // [rank][step]
+  std::mutex mu;
+  gs::transport::run_local(2, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<1 << 20>, C> ar(t);
+    std::vector<float> g(state_count);
+    ar.add(std::span<float>(g), "W", gs::matrix_shape{state_rows, state_cols});
+    ar.commit(gs::op::sum);
+    for (std::size_t s = 0; s < steps; ++s) {
+      between(ar, s);
+      for (std::size_t i = 0; i < state_count; ++i) g[i] = in(t.rank(), s, i);
+      ar.ready(0);
+      ar.wait();
+      std::lock_guard lk(mu);
+      out[t.rank()].push_back(g);
+    }
+  });
+  return out;
+}
+
+std::size_t non_finite(const std::vector<float>& v) {
+  return static_cast<std::size_t>(
+      std::count_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); }));
+}
+
+template <class C>
+void check_recovers(const std::string& what, float bad) {
+  CAPTURE(what);
+  CAPTURE(bad);
+  // Step 1: rank 0's input is `bad` in its first 100 elements (more than topk<10>'s k of
+  // 31 can send); every other step is finite.
+  auto in = [bad](std::size_t r, std::size_t s, std::size_t i) {
+    return s == 1 && r == 0 && i < 100 ? bad : noise(r * 7 + s, i);
+  };
+  const auto out = steps_of<C>(4, in, [](auto&, std::size_t) {});
+  CHECK(non_finite(out[0][1]) > 0);  // the bad step's sum is not finite: nothing hidden
+  for (std::size_t s : {2u, 3u}) {
+    CAPTURE(s);
+    CHECK(non_finite(out[0][s]) == 0);  // the state carried no NaN or Inf over
+    CHECK(out[1][s] == out[0][s]);
+  }
+}
+}  // namespace
+
+TEST_CASE("a NaN or Inf step leaves no poison in codec state: the next steps are finite") {
+  gs::testbed::watchdog wd(120, "non-finite codec state");
+  using gs::compress::error_feedback;
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    check_recovers<error_feedback<gs::compress::int8<64>>>("ef int8", bad);
+    check_recovers<error_feedback<gs::compress::fp16>>("ef fp16", bad);
+    check_recovers<error_feedback<gs::compress::bf16>>("ef bf16", bad);
+    check_recovers<error_feedback<gs::compress::topk<10>>>("ef topk", bad);
+    check_recovers<gs::compress::powersgd<2>>("powersgd", bad);
+    check_recovers<error_feedback<gs::compress::powersgd<2>>>("ef powersgd", bad);
+  }
+  // A finite value beyond half's range is Inf on the wire; its residual is dropped too.
+  check_recovers<error_feedback<gs::compress::fp16>>("ef fp16, 1e6", 1e6f);
+}
+
+TEST_CASE("reset_compression_state(): the next step starts as a new plan does") {
+  gs::testbed::watchdog wd(120, "reset compression state");
+  auto in = [](std::size_t r, std::size_t s, std::size_t i) {
+    return s == 1 ? 0.5f * noise(r + 50, i) : noise(r * 3 + 1, i);  // steps 0, 2 alike
+  };
+  auto no_reset = [](auto&, std::size_t) {};
+  auto reset_at_2 = [](auto& ar, std::size_t s) {
+    if (s == 2) ar.reset_compression_state();
+  };
+  // PowerSGD's warm start: after a reset, step 2 (step 0's inputs) gives step 0's bits;
+  // without one, Q from step 1 gives other bits.
+  using psgd = gs::compress::powersgd<2>;
+  const auto kept = steps_of<psgd>(3, in, no_reset);
+  const auto reset = steps_of<psgd>(3, in, reset_at_2);
+  CHECK(kept[0][2] != kept[0][0]);
+  CHECK(reset[0][2] == reset[0][0]);
+  CHECK(reset[1][2] == reset[0][2]);
+  // Error feedback: after a reset, step 2 carries no residual from step 1, so it gives
+  // step 0's bits (which started from a zero residual).
+  using ef = gs::compress::error_feedback<gs::compress::int8<64>>;
+  const auto ef_kept = steps_of<ef>(3, in, no_reset);
+  const auto ef_reset = steps_of<ef>(3, in, reset_at_2);
+  CHECK(ef_kept[0][2] != ef_kept[0][0]);
+  CHECK(ef_reset[0][2] == ef_reset[0][0]);
+
+  // Inside a step it is refused, naming the way out; the step then completes.
+  gs::transport::run_local(1, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<1 << 20>, ef> ar(t);
+    std::vector<float> a(16, 1.0f), b(16, 2.0f);
+    ar.add(std::span<float>(a), "a");
+    ar.add(std::span<float>(b), "b");
+    ar.commit(gs::op::sum);
+    ar.ready(0);
+    try {
+      ar.reset_compression_state();
+      FAIL("no error");
+    } catch (const gs::error& e) {
+      CHECK(e.code() == gs::errc::invalid_argument);
+      CHECK(std::string(e.what()).find("while a step is open") != std::string::npos);
+      CHECK(std::string(e.what()).find("call wait() first") != std::string::npos);
+    }
+    CHECK_NOTHROW(ar.wait());
+    CHECK_NOTHROW(ar.reset_compression_state());  // between steps: fine
   });
 }

@@ -9,6 +9,7 @@
 // below moves them; how a policy converts lives in its own file.
 #pragma once
 
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -98,6 +99,9 @@ using state_of = typename state_trait<Codec>::type;
 ///  - run(ch, x, st, residual): moves the bucket itself through the channel; when
 ///    `residual` is not null it first writes there x minus what this rank's x decodes to
 ///    (for error feedback). x holds the result on return, bitwise the same on every rank.
+/// A residual never carries a NaN or Inf to the next step: where x (or what it encodes
+/// to) is not finite, the codec writes 0 there (the step's sum is non-finite anyway, and
+/// a step skipped by loss scaling then leaves no poison behind).
 template <class C, class T, class Op>
 concept codec_for = requires(typename C::template codec<T, Op>::wire_type* w, const T* x, T* y,
                              std::size_t n) {
@@ -131,7 +135,8 @@ void run_codec(Ch& ch, std::span<T> x, state_of<typename C::template codec<T, Op
         for (std::size_t i = 0; i < x.size(); ++i) {
           T back;
           codec::decode(&back, &w[i], 1);
-          residual[i] = x[i] - back * scale;
+          const T lost = x[i] - back * scale;
+          residual[i] = std::isfinite(lost) ? lost : T(0);  // a NaN would stay for good
         }
       });
     }

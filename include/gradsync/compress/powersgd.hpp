@@ -4,7 +4,8 @@
 //   P = M Q (m x r), allreduce P, orthonormalise P's columns, Q = M^T P (n x r),
 //   allreduce Q, M := P Q^T (/ ranks for op::avg).
 // Q is kept per matrix across steps (warm start: one power iteration per step) and starts
-// from the same seeded values on every rank. Both allreduces are sums over the
+// from the same seeded values on every rank, and again after a step whose sums were not
+// finite. Both allreduces are sums over the
 // composition's algorithm, and every rank decodes the same P and Q, so the results are the
 // same bits everywhere. Tensors without a shape, vectors, and matrices too small to gain
 // ((m + n) r >= m n / 2) go uncompressed in one allreduce per bucket. Wire bytes per
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -66,6 +68,13 @@ struct powersgd {
     }
 
    private:
+    static bool finite(const T* v, std::size_t n) {
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(v[i])) return false;
+      }
+      return true;
+    }
+
     template <class Ch>
     static void body(Ch& ch, std::span<T> x, state& st, T* residual, bool carried) {
       constexpr std::size_t r = Rank;
@@ -147,7 +156,15 @@ struct powersgd {
           kernels::lowrank_pqt<r>(x.data() + p.offset, residual ? residual + p.offset : nullptr,
                                   pall + po, qall + qo, qmine ? qmine + qo : nullptr, p.rows,
                                   p.cols, scale);
-          std::copy(qall + qo, qall + qo + r * p.cols, st.qt[t].begin());  // warm start
+          if (finite(pall + po, r * p.rows) && finite(qall + qo, r * p.cols)) {
+            std::copy(qall + qo, qall + qo + r * p.cols, st.qt[t].begin());  // warm start
+          } else {
+            // Some rank's M held a NaN or Inf: the result is non-finite on every rank, and
+            // a warm start or residual from it would be for good. Every rank sees the same
+            // sums, so all restart this matrix alike: Q seeded again, residual zero.
+            st.qt[t].clear();
+            if (residual) std::fill(residual + p.offset, residual + p.offset + p.count, T(0));
+          }
           po += r * p.rows;
           qo += r * p.cols;
         }

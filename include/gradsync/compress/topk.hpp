@@ -11,6 +11,7 @@
 // step.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -91,10 +92,21 @@ struct topk {
         // op::avg divides the values sent (as the casts do), so decoding only adds.
         const T scale = Op::id == reduce_op::avg ? T(1) / static_cast<T>(n) : T(1);
         T* val = reinterpret_cast<T*>(mine);
-        for (std::size_t j = 0; j < k; ++j) val[j] = src[idx[j]] * scale;
+        // NaN and Inf rank above every finite magnitude, so they are sent first; only when
+        // every pick is non-finite can more be left behind in the residual.
+        bool crowded = true;
+        for (std::size_t j = 0; j < k; ++j) {
+          val[j] = src[idx[j]] * scale;
+          crowded = crowded && !std::isfinite(src[idx[j]]);
+        }
         if (residual) {  // what is not sent waits for the next step
           if (!carried) std::memcpy(residual, x.data(), count * sizeof(T));
           for (std::size_t j = 0; j < k; ++j) residual[idx[j]] = T(0);
+          if (crowded) {  // a NaN left there would come back every step: drop it
+            for (std::size_t i = 0; i < count; ++i) {
+              if (!std::isfinite(residual[i])) residual[i] = T(0);
+            }
+          }
         }
       });
       ch.allgather(std::span<const std::byte>(mine, block), buf.subspan(block, n * block));

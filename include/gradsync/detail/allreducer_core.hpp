@@ -109,6 +109,7 @@ class allreducer_core {
   GRADSYNC_DECL void ready(std::size_t i);
   GRADSYNC_DECL pending allreduce_async();
   GRADSYNC_DECL void wait();
+  GRADSYNC_DECL void reset_compression_state();
   bool test() const { return !step_ || step_->done->done(); }
 
   // Observability (allreducer.hpp documents each).

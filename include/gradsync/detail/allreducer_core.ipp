@@ -111,6 +111,16 @@ GRADSYNC_DECL void allreducer_core::wait() {
   tl_.complete("wait", observe::track::caller, t0, steady::now());
 }
 
+GRADSYNC_DECL void allreducer_core::reset_compression_state() {
+  if (phase_ == step_phase::closed && step_->done->waited()) phase_ = step_phase::idle;
+  if (phase_ != step_phase::idle) {
+    throw error(errc::invalid_argument, site(),
+                "reset_compression_state() while a step is open: its buckets use the state; "
+                "call wait() first");
+  }
+  codec_state_.assign(codec_state_.size(), nullptr);  // made afresh on first use
+}
+
 GRADSYNC_DECL std::string allreducer_core::summary() const {
   const auto s = ledger_.snapshot();
   return observe::summary_line(rank_, s.first, s.second);

@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(block_threads)
     const bool coded = s > 0 && s <= static_cast<T>(FLT_MAX);
     const std::int8_t c = coded ? quant_code(x[i], lv / s, levels) : std::int8_t{0};
     codes[i] = c;
-    if (residual) residual[i] = x[i] - dequant(c, s / lv);
+    if (residual) residual[i] = coded ? x[i] - dequant(c, s / lv) : T(0);  // as the host's
   }
 }
 

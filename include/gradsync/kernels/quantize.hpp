@@ -133,10 +133,13 @@ GRADSYNC_ALWAYS_INLINE void quantize_body(std::int8_t* GRADSYNC_RESTRICT codes,
     const T step = s / lv;
     if (s > 0 && s <= std::numeric_limits<T>::max()) {
       quantize_run(codes + i0, x + i0, len, lv / s, levels);
+      if (residual) residual_run(residual + i0, codes + i0, x + i0, len, step);
     } else {
+      // Zero (x is all zero, and so is what it loses) or non-finite: a NaN or Inf in this
+      // block on some rank. Its residual restarts at zero rather than carry NaN forever.
       std::memset(codes + i0, 0, len);
+      if (residual) std::fill(residual + i0, residual + i0 + len, T(0));
     }
-    if (residual) residual_run(residual + i0, codes + i0, x + i0, len, step);
   }
 }
 
@@ -221,8 +224,8 @@ void add_block_absmax(float* GRADSYNC_RESTRICT scales, T* GRADSYNC_RESTRICT x,
 
 /// codes[i] = quant_code(x[i]) on each block's agreed scale; with `residual`, also
 /// residual[i] = x[i] - codes[i] * scale / levels (what the codes lose). A block whose
-/// scale is 0 (all zero) or Inf (a NaN or Inf somewhere) gets zero codes: it decodes to 0
-/// or to non-finite values.
+/// scale is 0 (all zero) or Inf (a NaN or Inf somewhere) gets zero codes and a zero
+/// residual: it decodes to 0 or to non-finite values, and leaves no NaN for the next step.
 template <class T>
 void quantize_blocks(std::int8_t* GRADSYNC_RESTRICT codes, T* GRADSYNC_RESTRICT residual,
                      const T* GRADSYNC_RESTRICT x, const float* scales, std::size_t count,
