@@ -26,6 +26,7 @@
 #include <gradsync/check/finite.hpp>
 #include <gradsync/fusion/plan_check.hpp>
 #include <gradsync/gradsync.hpp>
+#include <gradsync/transport/cuda_ipc/agree.hpp>
 
 #include "watchdog.hpp"
 
@@ -368,4 +369,35 @@ TEST_CASE("metrics: two jobs on one node write two files, each through a tempora
   CHECK(std::remove(b.path().c_str()) == 0);
   CHECK(::rmdir(shared_tmp.c_str()) == 0);
   CHECK(::rmdir(dir) == 0);
+}
+
+TEST_CASE("cuda_ipc: ranks with different staging sizes or group sizes are a mismatch, named") {
+  // The check cuda_ipc runs on the gathered cards before it maps any peer's region; every
+  // rank checks the same table, so each rank gets the same message.
+  using gs::transport::detail::ipc_card;
+  auto card = [](std::uint64_t half, std::uint64_t ranks) {
+    ipc_card c;
+    c.half_bytes = half;
+    c.ranks = ranks;
+    return c;
+  };
+  const std::vector<ipc_card> same{card(1 << 20, 3), card(1 << 20, 3), card(1 << 20, 3)};
+  CHECK_NOTHROW(gs::transport::detail::check_ipc_cards(1, same));
+  for (std::size_t me : {0u, 2u}) {
+    CAPTURE(me);
+    const std::vector<ipc_card> sizes{card(1 << 20, 3), card(1 << 20, 3), card(2 << 20, 3)};
+    const gs::error e = thrown([&] { gs::transport::detail::check_ipc_cards(me, sizes); });
+    CHECK(e.code() == gs::errc::mismatch);
+    CHECK(contains(e.what(),
+                   "cuda_ipc: rank 2 has staging halves of 2097152 bytes and rank 0 "
+                   "of 1048576; every rank must pass the same staging_bytes"));
+  }
+  const std::vector<ipc_card> groups{card(1 << 20, 2), card(1 << 20, 3)};
+  CHECK(contains(thrown([&] { gs::transport::detail::check_ipc_cards(0, groups); }).what(),
+                 "rank 1 was made for a group of 3 ranks and rank 0 for 2"));
+  std::vector<ipc_card> foreign = same;
+  foreign[1].magic = 42;
+  const gs::error f = thrown([&] { gs::transport::detail::check_ipc_cards(0, foreign); });
+  CHECK(f.code() == gs::errc::mismatch);
+  CHECK(contains(f.what(), "rank 1 sent a handle card with magic 42"));
 }

@@ -3,7 +3,8 @@
 // two-shot (chunked through a small staging buffer) give exact results, bitwise
 // identical on every rank, and so do broadcast (every root), allgather and reduce_scatter
 // (sum, avg) in several chunks; a rank that skips a call makes its peer time out inside
-// the kernel barrier and synchronize() throw errc::timeout. Exits 77 without a GPU.
+// the kernel barrier and synchronize() throw errc::timeout; ranks given different staging
+// sizes refuse with errc::mismatch on both. Exits 77 without a GPU.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -92,6 +93,26 @@ int timeout_body(fork_group& g) {
   return rc;
 }
 
+// Rank 1 sizes its staging halves at 2 MiB, rank 0 at 1 MiB: both refuse at
+// construction with the same mismatch, before either addresses the other's region.
+int staging_body(fork_group& g) {
+  int rc = 1;
+  try {
+    cuda_ipc t{g, 0, g.rank() == 1 ? std::size_t{2} << 20 : std::size_t{1} << 20};
+    std::printf("rank %zu: different staging sizes were accepted\n", g.rank());
+  } catch (const gs::error& e) {
+    const std::string what = e.what();
+    rc = e.code() == gs::errc::mismatch &&
+                 what.find("rank 1 has staging halves of 2097152 bytes and rank 0 of 1048576") !=
+                     std::string::npos
+             ? 0
+             : 1;
+    std::printf("rank %zu: expected mismatch: %s\n", g.rank(), e.what());
+  }
+  g.barrier();
+  return rc;
+}
+
 // Probe the GPU in a child so that this process stays CUDA-free until it forks.
 bool gpu_usable() {
   return fork_group::run_forked(1, [](fork_group&) {
@@ -115,5 +136,8 @@ int main() {
   const int r = fork_group::run_forked(2, timeout_body);
   std::printf("cuda_ipc missing peer -> timeout: %s\n", r == 0 ? "passed" : "FAILED");
   rc |= r;
+  const int s = fork_group::run_forked(2, staging_body);
+  std::printf("cuda_ipc different staging sizes -> mismatch: %s\n", s == 0 ? "passed" : "FAILED");
+  rc |= s;
   return rc ? 1 : 0;
 }

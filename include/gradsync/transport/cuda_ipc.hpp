@@ -39,6 +39,7 @@
 #include "gradsync/core/error.hpp"
 #include "gradsync/kernels/device_executor.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/cuda_ipc/agree.hpp"
 
 #if defined(__CUDACC__)
 #include "gradsync/kernels/ipc.cuh"
@@ -67,7 +68,9 @@ class cuda_ipc {
   static constexpr std::size_t one_shot_max_bytes = 256 << 10;
 
   /// Collective: every rank of `boot` calls it with its own device. `staging_bytes` is
-  /// the size of each of the two staging halves (inputs larger than it go in chunks).
+  /// the size of each of the two staging halves (inputs larger than it go in chunks), the
+  /// same on every rank (errc::mismatch on every rank otherwise, naming the first that
+  /// differs).
   template <ipc_bootstrap Boot>
   cuda_ipc(Boot& boot, int device, std::size_t staging_bytes = 64 << 20)
       : rank_(static_cast<std::size_t>(boot.rank())),
@@ -85,17 +88,29 @@ class cuda_ipc {
     GRADSYNC_CUDA_CHECK(cudaMemset(region_, 0, flag_region));
     GRADSYNC_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&status_), sizeof(int)));
     GRADSYNC_CUDA_CHECK(cudaMemset(status_, 0, sizeof(int)));
-    cudaIpcMemHandle_t mine{};
-    GRADSYNC_CUDA_CHECK(cudaIpcGetMemHandle(&mine, region_));
-    std::vector<cudaIpcMemHandle_t> all(size_);
+    published mine{};
+    GRADSYNC_CUDA_CHECK(cudaIpcGetMemHandle(&mine.handle, region_));
+    mine.card.half_bytes = half_;
+    mine.card.ranks = size_;
+    std::vector<published> all(size_);
     boot.allgather(&mine, all.data(), sizeof mine);
+    std::vector<detail::ipc_card> cards(size_);
+    for (std::size_t r = 0; r < size_; ++r) cards[r] = all[r].card;
+    try {
+      detail::check_ipc_cards(rank_, cards);  // before any peer's region is addressed
+    } catch (...) {
+      cudaFree(status_);
+      cudaFree(region_);
+      cudaStreamDestroy(stream_);
+      throw;
+    }
     peers_.assign(size_, nullptr);
     for (std::size_t r = 0; r < size_; ++r) {
       if (r == rank_) {
         peers_[r] = static_cast<std::byte*>(region_);
       } else {
         void* p = nullptr;
-        cuda::check(cudaIpcOpenMemHandle(&p, all[r], cudaIpcMemLazyEnablePeerAccess),
+        cuda::check(cudaIpcOpenMemHandle(&p, all[r].handle, cudaIpcMemLazyEnablePeerAccess),
                     "cudaIpcOpenMemHandle", __FILE__, __LINE__, {rank_, r, ~0ull});
         peers_[r] = static_cast<std::byte*>(p);
       }
@@ -254,6 +269,12 @@ class cuda_ipc {
   }
 
  private:
+  // What each rank all-gathers when the transport is made.
+  struct published {
+    cudaIpcMemHandle_t handle;
+    detail::ipc_card card;
+  };
+
   template <class T, class Op, bool TwoShot>
   void run(T* data, std::size_t count, Op op, const call_context& ctx) {
 #if defined(__CUDACC__)
