@@ -196,10 +196,12 @@ def main():
             slowest = hvd.allreduce(torch.tensor([took], dtype=torch.float64), op=hvd.Max,
                                     name=f"took.{name}.{rep}")
             rates.append(a.steps * task.batch * n / slowest.item())
+            if rank == 0:  # every replica holds the same weights; untimed
+                metric = task.evaluate(model)
         if rank == 0:
             print(f"{name:12s} {params / 1e6:.2f}M params, batch {task.batch}/rank: "
-                  f"horovod {statistics.median(rates):9.1f} samples/s (loss {loss.item():.4f}) "
-                  f"[{controller}]", flush=True)
+                  f"horovod {statistics.median(rates):9.1f} samples/s (loss {loss.item():.4f}, "
+                  f"{metric}) [{controller}]", flush=True)
     hvd.shutdown()
     if server is not None:
         server.shutdown()

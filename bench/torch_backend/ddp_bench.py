@@ -21,6 +21,7 @@ uncompressed); --hook fp16|powersgd runs torch's hook on both.
 """
 import argparse
 import datetime
+import gc
 import os
 import statistics
 import sys
@@ -39,8 +40,7 @@ from bench_models import Task, add_task_args
 # ---- the benchmark ------------------------------------------------------------------------
 
 
-def train(task, ddp, steps, first_step, gloo):
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.02, momentum=0.9)
+def train(task, ddp, opt, steps, first_step, gloo):
     dist.barrier(group=gloo)
     start = time.perf_counter()
     loss = torch.zeros(())
@@ -83,22 +83,35 @@ def bench(rank, n, a):
         task = Task(name, a, rank, n)
         params = sum(p.numel() for p in task.model(0).parameters())
         rates = {b: [] for b in groups}
-        losses = {}
+        losses, metrics = {}, {}
         for rep in range(a.repeats):
             order = list(groups) if rep % 2 == 0 else list(reversed(groups))
             for backend in order:
                 g = groups[backend]
                 ddp = DDP(task.model(a.seed), process_group=g, bucket_cap_mb=a.bucket_mb)
                 attach_hook(ddp, a.hook, g, backend)
-                train(task, ddp, a.warmup, 0, gloo)
-                took, loss = train(task, ddp, a.steps, a.warmup, gloo)
+                # One optimizer for the warm-up and the timed steps (its momentum carries
+                # over), as horovod_train.py and the trainers have.
+                opt = torch.optim.SGD(ddp.parameters(), lr=0.02, momentum=0.9)
+                train(task, ddp, opt, a.warmup, 0, gloo)
+                took, loss = train(task, ddp, opt, a.steps, a.warmup, gloo)
                 rates[backend].append(a.steps * task.batch * n / took)
                 losses[backend] = loss
+                if rank == 0:  # every replica holds the same weights; untimed
+                    metrics[backend] = task.evaluate(ddp.module)
+                # Free the DDP (its Reducer) while the group map still holds the group:
+                # a Reducer left for bench()'s return would drop the Gloo group's last
+                # reference, and ~ProcessGroupGloo joins its workers holding the GIL, which a
+                # worker freeing a tensor may wait for (torch 1.13; pytorch/pytorch#56297):
+                # the job hung at its end in 1 of 5-14 runs.
+                del ddp, opt
+                gc.collect()
         if rank == 0:
             med = {b: statistics.median(r) for b, r in rates.items()}
             print(f"{name:12s} {params / 1e6:.2f}M params, batch {task.batch}/rank: "
-                  f"gradsync {med['gradsync']:9.1f} samples/s (loss {losses['gradsync']:.4f}), "
-                  f"gloo {med['gloo']:9.1f} samples/s (loss {losses['gloo']:.4f}): "
+                  f"gradsync {med['gradsync']:9.1f} samples/s (loss {losses['gradsync']:.4f}, "
+                  f"{metrics['gradsync']}), gloo {med['gloo']:9.1f} samples/s "
+                  f"(loss {losses['gloo']:.4f}, {metrics['gloo']}): "
                   f"{med['gradsync'] / med['gloo']:.2f}x", flush=True)
     dist.destroy_process_group()
 
