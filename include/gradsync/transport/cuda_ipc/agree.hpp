@@ -40,8 +40,8 @@ inline void check_ipc_cards(std::size_t rank, std::span<const ipc_card> cards) {
   const ipc_card& first = cards[0];
   for (std::size_t r = 1; r < cards.size(); ++r) {
     if (cards[r].ranks != first.ranks) {
-      fail(r, " was made for a group of " + std::to_string(cards[r].ranks) + " ranks and rank 0 for " +
-                  std::to_string(first.ranks));
+      fail(r, " was made for a group of " + std::to_string(cards[r].ranks) +
+                  " ranks and rank 0 for " + std::to_string(first.ranks));
     }
     if (cards[r].half_bytes != first.half_bytes) {
       fail(r, " has staging halves of " + std::to_string(cards[r].half_bytes) +
