@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -102,8 +103,9 @@ inline bool parse_ckpt_name(const std::string& name, std::uint64_t& step) {
     return false;
   const std::string digits = name.substr(5, name.size() - 9);
   if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return false;
-  step = std::stoull(digits);
-  return true;
+  // A step past 2^64 - 1 is no checkpoint of ours: skipped like any foreign name.
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  return ec == std::errc() && end == digits.data() + digits.size();
 }
 
 }  // namespace detail
@@ -141,7 +143,23 @@ inline train_state deserialize(const std::vector<unsigned char>& b, const std::s
   train_state s;
   const auto nd = r.get<std::uint64_t>();
   if (nd < 2 || nd > 16) throw usage_error("checkpoint " + path + " is corrupt (layer count)");
-  for (std::uint64_t i = 0; i < nd; ++i) s.dims.push_back(r.get<std::uint64_t>());
+  // Widths and the parameter count are checked before anything is sized from them: the
+  // checksum only proves the bytes are as written, not that a writer was sane.
+  std::uint64_t count = 0;
+  for (std::uint64_t i = 0; i < nd; ++i) {
+    const auto d = r.get<std::uint64_t>();
+    if (d == 0 || d > detail::max_params) {
+      throw usage_error("checkpoint " + path + " is corrupt (layer " + std::to_string(i) +
+                        " has width " + std::to_string(d) + ")");
+    }
+    std::uint64_t layer = 0;
+    if (i > 0 && (__builtin_mul_overflow(d, s.dims.back() + 1, &layer) ||
+                  __builtin_add_overflow(count, layer, &count) || count > detail::max_params)) {
+      throw usage_error("checkpoint " + path + " is corrupt (more than " +
+                        std::to_string(detail::max_params) + " parameters)");
+    }
+    s.dims.push_back(d);
+  }
   s.batch = r.get<std::uint64_t>(), s.seed = r.get<std::uint64_t>();
   s.exact = r.get<std::uint64_t>();
   s.lr = r.get<float>(), s.momentum = r.get<float>();
@@ -153,13 +171,17 @@ inline train_state deserialize(const std::vector<unsigned char>& b, const std::s
   s.loss_sum = r.get<double>(), s.correct = r.get<double>(), s.seen = r.get<double>();
   s.last_test_acc = r.get<double>(), s.last_loss = r.get<double>();
   const auto n = r.get<std::uint64_t>();
-  if (n != mlp_shape{s.dims}.param_count()) {
+  if (n != count || n != mlp_shape{s.dims}.param_count()) {
     throw usage_error("checkpoint " + path + " is corrupt (parameter count)");
+  }
+  if (b.size() - 8 - r.pos != 2 * n * sizeof(float)) {  // before 2 n floats are allocated
+    throw usage_error("checkpoint " + path + " is corrupt (" + std::to_string(n) +
+                      " parameters, but " + std::to_string(b.size() - 8 - r.pos) +
+                      " bytes of weights and momentum)");
   }
   s.params.resize(n), s.momentum_buf.resize(n);
   r.raw(s.params.data(), n * sizeof(float));
   r.raw(s.momentum_buf.data(), n * sizeof(float));
-  if (r.pos + 8 != b.size()) throw usage_error("checkpoint " + path + " has trailing bytes");
   return s;
 }
 

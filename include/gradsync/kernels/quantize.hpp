@@ -22,16 +22,20 @@ namespace gradsync::kernels {
 
 /// The code of x at `inv` = levels / scale, for |x| <= scale (finite): x * inv rounded
 /// to nearest even, clamped to [-levels, levels] (against the last ulp). Adding and
-/// subtracting 1.5 * 2^mantissa rounds without a libm call, and the clamp is an integer
-/// min / max, so the loop vectorises (under -ffast-math the rounding truncates: still the
-/// same on every rank).
+/// subtracting 1.5 * 2^mantissa rounds without a libm call, and the clamp is a min / max,
+/// so the loop vectorises (under -ffast-math the rounding truncates: still the same on
+/// every rank). The clamp comes before the conversion to int, and NaN codes 0: a scale
+/// from a corrupt peer (below |x|, or so small that inv is Inf) cannot make the
+/// conversion undefined.
 template <class F>
 GRADSYNC_HOST_DEVICE inline std::int8_t quant_code(F x, F inv, int levels) {
   const F magic = std::is_same_v<F, float> ? F(12582912.0f) : F(6755399441055744.0);
-  int q = static_cast<int>((mul_rn(x, inv) + magic) - magic);
-  q = q > levels ? levels : q;
-  q = q < -levels ? -levels : q;
-  return static_cast<std::int8_t>(q);
+  const F lv = static_cast<F>(levels);
+  F q = (mul_rn(x, inv) + magic) - magic;
+  q = q > lv ? lv : q;
+  q = q < -lv ? -lv : q;
+  q = q == q ? q : F(0);
+  return static_cast<std::int8_t>(static_cast<int>(q));
 }
 
 /// The value of a (summed) code at `step` = scale / levels (/ ranks for an average).
