@@ -714,3 +714,21 @@ TEST_CASE("reset_compression_state(): the next step starts as a new plan does") 
     CHECK_NOTHROW(ar.reset_compression_state());  // between steps: fine
   });
 }
+
+TEST_CASE("int8: a block of tiny values (scale below levels / FLT_MAX) codes 0 and keeps x") {
+  // 127 / 1e-40 is past FLT_MAX: inv would be Inf, and 0 * Inf a NaN converted to int.
+  using ef = gs::compress::error_feedback<gs::compress::int8<64>>;
+  solo_channel ch;
+  ef::codec<float, gs::op::sum_t>::state st;
+  std::vector<float> x(128, 0.0f);
+  x[3] = 1e-40f;
+  x[70] = 0.5f;  // the next block codes as usual
+  const std::vector<float> in = x;
+  gs::compress::run_codec<ef, float, gs::op::sum_t>(ch, std::span<float>(x), st, nullptr);
+  for (std::size_t i = 0; i < 64; ++i) {
+    CHECK(x[i] == 0.0f);
+    CHECK(st.residual[i] == in[i]);  // nothing of the tiny block is lost for good
+  }
+  CHECK(x[70] == 0.5f);
+  CHECK(st.residual[70] == 0.0f);
+}

@@ -13,8 +13,10 @@
 // refuses more than 127 ranks (L would be 0) and ops other than sum and avg.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <string_view>
@@ -67,18 +69,33 @@ struct int8 {
       }
       const int levels = static_cast<int>(127 / n);
       const std::size_t blocks = (count + Block - 1) / Block;
-      const std::span<std::byte> buf = ch.scratch(blocks * sizeof(float) + count);
+      const std::span<std::byte> buf = ch.scratch(2 * blocks * sizeof(float) + count);
       const std::span<float> scales(reinterpret_cast<float*>(buf.data()), blocks);
+      const std::span<float> own(reinterpret_cast<float*>(buf.data()) + blocks, blocks);
       const std::span<std::int8_t> codes(
-          reinterpret_cast<std::int8_t*>(buf.data() + blocks * sizeof(float)), count);
+          reinterpret_cast<std::int8_t*>(buf.data() + 2 * blocks * sizeof(float)), count);
       ch.timed("compress", [&] {
         if (carried) {
           kernels::add_block_absmax(scales.data(), x.data(), residual, count, Block);
         } else {
           kernels::block_absmax(scales.data(), x.data(), count, Block);
         }
+        std::copy(scales.begin(), scales.end(), own.begin());
       });
       ch.allreduce(scales, op::max);
+      // A maximum over every rank is at least this rank's own: below it, the codes would
+      // not fit their range (a corrupt or mismatched reduction), so nothing is coded.
+      for (std::size_t b = 0; b < blocks; ++b) {
+        if (!(scales[b] >= own[b])) {
+          char what[160];
+          std::snprintf(what, sizeof what,
+                        "compress::int8: the agreed scale of block %zu (%g) is below this "
+                        "rank's own largest magnitude there (%g): ",
+                        b, static_cast<double>(scales[b]), static_cast<double>(own[b]));
+          throw error(errc::mismatch, {ch.rank()},
+                      std::string(what) + "a corrupt or mismatched reduction; nothing was coded");
+        }
+      }
       ch.timed("compress", [&] {
         kernels::quantize_blocks(codes.data(), residual, x.data(), scales.data(), count, Block,
                                  levels);

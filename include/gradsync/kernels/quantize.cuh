@@ -69,10 +69,13 @@ __global__ void __launch_bounds__(block_threads)
   const T lv = static_cast<T>(levels);
   for (std::size_t i = thread_index(); i < count; i += thread_count()) {
     const T s = static_cast<T>(scales[i / block]);
-    const bool coded = s > 0 && s <= static_cast<T>(FLT_MAX);
+    const bool finite = s <= static_cast<T>(FLT_MAX);
+    const bool coded = s > 0 && finite && lv / s <= static_cast<T>(FLT_MAX);
     const std::int8_t c = coded ? quant_code(x[i], lv / s, levels) : std::int8_t{0};
     codes[i] = c;
-    if (residual) residual[i] = coded ? x[i] - dequant(c, s / lv) : T(0);  // as the host's
+    // As the host's: what was not coded stays in the residual, unless the block is not
+    // finite.
+    if (residual) residual[i] = coded ? x[i] - dequant(c, s / lv) : finite ? x[i] : T(0);
   }
 }
 

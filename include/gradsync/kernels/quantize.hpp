@@ -20,22 +20,19 @@
 
 namespace gradsync::kernels {
 
-/// The code of x at `inv` = levels / scale, for |x| <= scale (finite): x * inv rounded
+/// The code of x at `inv` = levels / scale, for |x| <= scale and inv finite (the caller
+/// checks both: outside them the conversion to int is undefined): x * inv rounded
 /// to nearest even, clamped to [-levels, levels] (against the last ulp). Adding and
-/// subtracting 1.5 * 2^mantissa rounds without a libm call, and the clamp is a min / max,
-/// so the loop vectorises (under -ffast-math the rounding truncates: still the same on
-/// every rank). The clamp comes before the conversion to int, and NaN codes 0: a scale
-/// from a corrupt peer (below |x|, or so small that inv is Inf) cannot make the
-/// conversion undefined.
+/// subtracting 1.5 * 2^mantissa rounds without a libm call, and the clamp is an integer
+/// min / max, so the loop vectorises (under -ffast-math the rounding truncates: still the
+/// same on every rank).
 template <class F>
 GRADSYNC_HOST_DEVICE inline std::int8_t quant_code(F x, F inv, int levels) {
   const F magic = std::is_same_v<F, float> ? F(12582912.0f) : F(6755399441055744.0);
-  const F lv = static_cast<F>(levels);
-  F q = (mul_rn(x, inv) + magic) - magic;
-  q = q > lv ? lv : q;
-  q = q < -lv ? -lv : q;
-  q = q == q ? q : F(0);
-  return static_cast<std::int8_t>(static_cast<int>(q));
+  int q = static_cast<int>((mul_rn(x, inv) + magic) - magic);
+  q = q > levels ? levels : q;
+  q = q < -levels ? -levels : q;
+  return static_cast<std::int8_t>(q);
 }
 
 /// The value of a (summed) code at `step` = scale / levels (/ ranks for an average).
@@ -135,14 +132,20 @@ GRADSYNC_ALWAYS_INLINE void quantize_body(std::int8_t* GRADSYNC_RESTRICT codes,
     const std::size_t len = i0 + block < count ? block : count - i0;
     const T s = static_cast<T>(scales[b]);
     const T step = s / lv;
-    if (s > 0 && s <= std::numeric_limits<T>::max()) {
-      quantize_run(codes + i0, x + i0, len, lv / s, levels);
+    const T inv = lv / s;
+    if (s > 0 && s <= std::numeric_limits<T>::max() && inv <= std::numeric_limits<T>::max()) {
+      quantize_run(codes + i0, x + i0, len, inv, levels);
       if (residual) residual_run(residual + i0, codes + i0, x + i0, len, step);
     } else {
-      // Zero (x is all zero, and so is what it loses) or non-finite: a NaN or Inf in this
-      // block on some rank. Its residual restarts at zero rather than carry NaN forever.
+      // Zero codes. A finite scale: 0, or so small (below levels / FLT_MAX) that inv is
+      // Inf; the codes lose all of x. Otherwise a NaN or Inf in this block on some rank:
+      // its residual restarts at zero rather than carry NaN forever.
       std::memset(codes + i0, 0, len);
-      if (residual) std::fill(residual + i0, residual + i0 + len, T(0));
+      if (residual && s <= std::numeric_limits<T>::max()) {
+        std::copy(x + i0, x + i0 + len, residual + i0);
+      } else if (residual) {
+        std::fill(residual + i0, residual + i0 + len, T(0));
+      }
     }
   }
 }
@@ -227,9 +230,12 @@ void add_block_absmax(float* GRADSYNC_RESTRICT scales, T* GRADSYNC_RESTRICT x,
 }
 
 /// codes[i] = quant_code(x[i]) on each block's agreed scale; with `residual`, also
-/// residual[i] = x[i] - codes[i] * scale / levels (what the codes lose). A block whose
-/// scale is 0 (all zero) or Inf (a NaN or Inf somewhere) gets zero codes and a zero
-/// residual: it decodes to 0 or to non-finite values, and leaves no NaN for the next step.
+/// residual[i] = x[i] - codes[i] * scale / levels (what the codes lose). Every |x| of a
+/// block must be at most its scale (the int8 codec checks the agreed scales against its
+/// own). A block whose scale is 0 (all zero) or below levels / FLT_MAX gets zero codes
+/// and keeps x as its residual; one whose scale is Inf (a NaN or Inf somewhere) gets zero
+/// codes and a zero residual: it decodes to non-finite values and leaves no NaN for the
+/// next step.
 template <class T>
 void quantize_blocks(std::int8_t* GRADSYNC_RESTRICT codes, T* GRADSYNC_RESTRICT residual,
                      const T* GRADSYNC_RESTRICT x, const float* scales, std::size_t count,
