@@ -34,15 +34,10 @@ def read_idx(path):
     return torch.frombuffer(bytearray(body), dtype=torch.uint8).reshape(dims)
 
 
-def fashion_mnist(directory, limit):
-    x = read_idx(os.path.join(directory, "train-images-idx3-ubyte.gz"))[:limit]
-    y = read_idx(os.path.join(directory, "train-labels-idx1-ubyte.gz"))[:limit]
-    return (x.float() / 255 - 0.286) / 0.353, y.long()
-
-
-def fashion_mnist_test(directory, limit=10000):
-    x = read_idx(os.path.join(directory, "t10k-images-idx3-ubyte.gz"))[:limit]
-    y = read_idx(os.path.join(directory, "t10k-labels-idx1-ubyte.gz"))[:limit]
+def fashion_mnist(directory, limit, split="train"):
+    """The first `limit` images and labels of a split: "train", or "t10k" (the test set)."""
+    x = read_idx(os.path.join(directory, f"{split}-images-idx3-ubyte.gz"))[:limit]
+    y = read_idx(os.path.join(directory, f"{split}-labels-idx1-ubyte.gz"))[:limit]
     return (x.float() / 255 - 0.286) / 0.353, y.long()
 
 
@@ -127,7 +122,7 @@ class Task:
         self.name = name
         if name == "cnn":
             self.x, self.y = fashion_mnist(a.data, a.limit)
-            self.test = fashion_mnist_test(a.data, a.limit)  # as torch_trainer: t10k[:limit]
+            self.test = fashion_mnist(a.data, a.limit, "t10k")  # as torch_trainer's
             self.batch = a.batch or 64
         else:
             windows = corpus(a.corpus, 64)
