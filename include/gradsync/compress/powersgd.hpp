@@ -15,7 +15,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -25,6 +24,7 @@
 
 #include "gradsync/compress/concept.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/kernels/finite.hpp"
 #include "gradsync/kernels/lowrank.hpp"
 
 namespace gradsync::compress {
@@ -68,13 +68,6 @@ struct powersgd {
     }
 
    private:
-    static bool finite(const T* v, std::size_t n) {
-      for (std::size_t i = 0; i < n; ++i) {
-        if (!std::isfinite(v[i])) return false;
-      }
-      return true;
-    }
-
     template <class Ch>
     static void body(Ch& ch, std::span<T> x, state& st, T* residual, bool carried) {
       constexpr std::size_t r = Rank;
@@ -156,7 +149,8 @@ struct powersgd {
           kernels::lowrank_pqt<r>(x.data() + p.offset, residual ? residual + p.offset : nullptr,
                                   pall + po, qall + qo, qmine ? qmine + qo : nullptr, p.rows,
                                   p.cols, scale);
-          if (finite(pall + po, r * p.rows) && finite(qall + qo, r * p.cols)) {
+          if (kernels::first_non_finite(pall + po, r * p.rows) == r * p.rows &&
+              kernels::first_non_finite(qall + qo, r * p.cols) == r * p.cols) {
             std::copy(qall + qo, qall + qo + r * p.cols, st.qt[t].begin());  // warm start
           } else {
             // Some rank's M held a NaN or Inf: the result is non-finite on every rank, and
