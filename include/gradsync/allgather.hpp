@@ -26,8 +26,7 @@
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/allreduce.hpp"
-#include "gradsync/check/consistency.hpp"
-#include "gradsync/check/two_levels.hpp"
+#include "gradsync/check/call_frame.hpp"
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
@@ -37,7 +36,6 @@
 #include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/two_level.hpp"
-#include "gradsync/transport/two_level/call.hpp"
 
 namespace gradsync {
 
@@ -54,27 +52,25 @@ std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std:
                                 : native                   ? native_collective_name
                                                            : algo::allgather_ring::name;
   const std::size_t count = in.size() / dtype_size(type);
-  const call_context ctx = begin_call(t, opt, {"allgather", name, type, reduce_op::sum, count, {}});
+  const call_frame<Tr> f(t, opt, {"allgather", name, type, reduce_op::sum, count, {}});
+  const call_context& ctx = f.context();
   std::size_t sent = 0;
-  recorded(
-      opt, ctx.seq,
-      [&] {
-        const call_header h = call_header::make(ctx.seq, count, type, reduce_op::sum, name);
-        if constexpr (has_direct_collectives<Tr>) {  // its header round is the agreement
-          sent = algo::allgather_direct::run(t, in, out, h, ctx);
-          return;
-        }
-        agree_if_checked(t, opt, h, ctx.until, same_rank{}, "allgather");
-        if constexpr (has_native_allgather<Tr>) {
-          if (native) {
-            t.allgather_native(in.data(), out.data(), in.size(), ctx);
-            sent = (t.size() - 1) * in.size();
-            return;
-          }
-        }
-        sent = algo::allgather_ring::run(t, in, out, ctx);
-      },
-      [&] { return describe_rank(t, t.rank()); });
+  f.run([&] {
+    const call_header h = f.header();
+    if constexpr (has_direct_collectives<Tr>) {  // its header round is the agreement
+      sent = algo::allgather_direct::run(t, in, out, h, ctx);
+      return;
+    }
+    f.agree(h);
+    if constexpr (has_native_allgather<Tr>) {
+      if (native) {
+        t.allgather_native(in.data(), out.data(), in.size(), ctx);
+        sent = (t.size() - 1) * in.size();
+        return;
+      }
+    }
+    sent = algo::allgather_ring::run(t, in, out, ctx);
+  });
   return sent;
 }
 
@@ -94,155 +90,145 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
   const std::string_view name = node_direct ? direct::name : ring::name;
   const std::size_t nodes = t.inter().size(), local = t.intra().size(), b = in.size();
   std::size_t sent = 0, sent_across = 0;
-  transport::detail::two_level_call(
+  const own_level_frame<Intra, Inter> f(
       t, t.intra(), t.inter(), opt,
       {"allgather", name, type, reduce_op::sum, b / dtype_size(type), {}},
-      "allgather inside the node", "allgather across nodes",
-      [&](const call_context& in_c, const call_context& out_c) {
-        if (opt.check) {
-          agree_two_levels(
-              t, t.intra(), t.inter(), in_c.seq, out_c.seq, in_c.until, name,
-              [&](std::uint64_t seq, std::string_view name) {
-                return call_header::make(seq, b / dtype_size(type), type, reduce_op::sum, name);
-              },
-              "allgather");
+      "allgather inside the node", "allgather across nodes");
+  const call_context &in_c = f.inside(), &out_c = f.across();
+  f.run([&] {
+    f.agree(name);
+    // Kept across calls in the node transport's workspace (slots 4 and 6, as the
+    // two-level reduce_scatter): fresh vectors cost a zeroing pass and page faults.
+    auto* const across_buf = static_cast<std::byte*>(t.intra().scratch().get(4, nodes * b));
+    // (The ring's gathered pieces; the direct node level writes `out` in place.)
+    auto* const inside_buf =
+        static_cast<std::byte*>(t.intra().scratch().get(6, node_direct ? 0 : local * nodes * b));
+    const std::size_t pieces = algo::tuning::hierarchical_pieces(out.size(), t.pipelines());
+    // In pieces (across a network): every receive is posted with the first piece, so
+    // that a peer's rendezvous is answered at once; the sends go `window` pieces at a
+    // time (tuning::pieces_in_flight_for: MPI interleaves concurrent sends to a peer,
+    // so pieces sent together arrive together); docs/collectives.md.
+    constexpr std::size_t in_flight = algo::tuning::pieces_in_flight_for<Inter>();
+    const std::size_t window = in_flight == 0 ? pieces : std::min(in_flight, pieces);
+    const std::size_t me = t.inter().rank(), others = nodes - 1;
+    std::vector<typename Inter::request> recvs, sends;
+    auto post_sends = [&](std::size_t k) {
+      const algo::detail::range p = algo::detail::part(b, pieces, k);
+      if constexpr (!node_direct) {  // a direct node level spreads `in` itself (spread_home)
+        std::memcpy(across_buf + nodes * p.offset + me * p.count, in.data() + p.offset, p.count);
+      }
+      for (std::size_t q = 0; q < nodes; ++q) {
+        if (q != me) {
+          sends.push_back(t.inter().isend(q, in.data() + p.offset, p.count, out_c.tag));
         }
-        // Kept across calls in the node transport's workspace (slots 4 and 6, as the
-        // two-level reduce_scatter): fresh vectors cost a zeroing pass and page faults.
-        auto* const across_buf = static_cast<std::byte*>(t.intra().scratch().get(4, nodes * b));
-        // (The ring's gathered pieces; the direct node level writes `out` in place.)
-        auto* const inside_buf = static_cast<std::byte*>(
-            t.intra().scratch().get(6, node_direct ? 0 : local * nodes * b));
-        const std::size_t pieces = algo::tuning::hierarchical_pieces(out.size(), t.pipelines());
-        // In pieces (across a network): every receive is posted with the first piece, so
-        // that a peer's rendezvous is answered at once; the sends go `window` pieces at a
-        // time (tuning::pieces_in_flight_for: MPI interleaves concurrent sends to a peer,
-        // so pieces sent together arrive together); docs/collectives.md.
-        constexpr std::size_t in_flight = algo::tuning::pieces_in_flight_for<Inter>();
-        const std::size_t window = in_flight == 0 ? pieces : std::min(in_flight, pieces);
-        const std::size_t me = t.inter().rank(), others = nodes - 1;
-        std::vector<typename Inter::request> recvs, sends;
-        auto post_sends = [&](std::size_t k) {
-          const algo::detail::range p = algo::detail::part(b, pieces, k);
-          if constexpr (!node_direct) {  // a direct node level spreads `in` itself (spread_home)
-            std::memcpy(across_buf + nodes * p.offset + me * p.count, in.data() + p.offset,
-                        p.count);
-          }
+      }
+    };
+    auto across = [&](std::size_t i) {  // piece i of this column's blocks, every node's
+      const algo::detail::range p = algo::detail::part(b, pieces, i);
+      if (pieces == 1) {
+        sent_across +=
+            ring::run(t.inter(), in.subspan(p.offset, p.count),
+                      std::span<std::byte>(across_buf + nodes * p.offset, nodes * p.count), out_c);
+        return;
+      }
+      if (i == 0) {
+        recvs.reserve(pieces * others);
+        sends.reserve(pieces * others);
+        for (std::size_t k = 0; k < pieces; ++k) {
+          const algo::detail::range pk = algo::detail::part(b, pieces, k);
+          std::byte* const got = across_buf + nodes * pk.offset;  // node q's piece at q * count
           for (std::size_t q = 0; q < nodes; ++q) {
             if (q != me) {
-              sends.push_back(t.inter().isend(q, in.data() + p.offset, p.count, out_c.tag));
+              recvs.push_back(t.inter().irecv(q, got + q * pk.count, pk.count, out_c.tag));
             }
           }
-        };
-        auto across = [&](std::size_t i) {  // piece i of this column's blocks, every node's
-          const algo::detail::range p = algo::detail::part(b, pieces, i);
-          if (pieces == 1) {
-            sent_across += ring::run(
-                t.inter(), in.subspan(p.offset, p.count),
-                std::span<std::byte>(across_buf + nodes * p.offset, nodes * p.count), out_c);
-            return;
-          }
-          if (i == 0) {
-            recvs.reserve(pieces * others);
-            sends.reserve(pieces * others);
-            for (std::size_t k = 0; k < pieces; ++k) {
-              const algo::detail::range pk = algo::detail::part(b, pieces, k);
-              std::byte* const got = across_buf + nodes * pk.offset;  // node q's piece at q * count
-              for (std::size_t q = 0; q < nodes; ++q) {
-                if (q != me) {
-                  recvs.push_back(t.inter().irecv(q, got + q * pk.count, pk.count, out_c.tag));
-                }
-              }
+        }
+        for (std::size_t k = 0; k < window; ++k) post_sends(k);
+      }
+      for (std::size_t j = i * others; j < (i + 1) * others; ++j) {
+        t.inter().wait(sends[j], out_c.until);
+      }
+      if (i + window < pieces) post_sends(i + window);
+      for (std::size_t j = i * others; j < (i + 1) * others; ++j) {
+        t.inter().wait(recvs[j], out_c.until);
+      }
+      sent_across += others * p.count;
+    };
+    std::optional<algo::detail::direct_call<Intra, std::byte, op::sum_t>> dc;
+    std::uint64_t step = 0;
+    const bool stream = out.size() >= algo::detail::direct_stream_min_bytes;
+    if constexpr (node_direct) {
+      dc.emplace(t.intra(), std::span<std::byte>{}, in_c);
+      dc->open_header(f.header(direct::name), "allgather", nullptr, 0);
+    }
+    // A peer-memory node level spreads this node's own blocks while the network phase
+    // runs (they need nothing from it), so only the other nodes' blocks follow it.
+    auto spread_home = [&] {
+      if constexpr (node_direct) {
+        step = direct::staged(
+            *dc, in, step,
+            [&](std::size_t l, std::size_t x, const std::byte* src, std::size_t len) {
+              algo::detail::copy_out(out.data() + (me * local + l) * b + x, src, len, stream);
+            });
+        sent += b;
+      }
+    };
+    auto inside = [&](std::size_t i) {  // piece i of every column's blocks, in place
+      const algo::detail::range p = algo::detail::part(b, pieces, i);
+      if constexpr (node_direct) {
+        auto spread = [&](std::size_t q0, std::size_t q1) {  // nodes [q0, q1) of piece i
+          // Byte x of local rank l's part is byte x % p.count of node q0 + x / p.count's.
+          auto place = [&](std::size_t l, std::size_t x, const std::byte* src, std::size_t len) {
+            while (len) {
+              const std::size_t q = q0 + x / p.count, at = x % p.count;
+              const std::size_t take = std::min(len, p.count - at);
+              algo::detail::copy_out(out.data() + (q * local + l) * b + p.offset + at, src, take,
+                                     stream);
+              x += take, src += take, len -= take;
             }
-            for (std::size_t k = 0; k < window; ++k) post_sends(k);
-          }
-          for (std::size_t j = i * others; j < (i + 1) * others; ++j) {
-            t.inter().wait(sends[j], out_c.until);
-          }
-          if (i + window < pieces) post_sends(i + window);
-          for (std::size_t j = i * others; j < (i + 1) * others; ++j) {
-            t.inter().wait(recvs[j], out_c.until);
-          }
-          sent_across += others * p.count;
+          };
+          step =
+              direct::staged(*dc,
+                             std::span<const std::byte>(
+                                 across_buf + nodes * p.offset + q0 * p.count, (q1 - q0) * p.count),
+                             step, place);
+          sent += (q1 - q0) * p.count;
         };
-        std::optional<algo::detail::direct_call<Intra, std::byte, op::sum_t>> dc;
-        std::uint64_t step = 0;
-        const bool stream = out.size() >= algo::detail::direct_stream_min_bytes;
-        if constexpr (node_direct) {
-          dc.emplace(t.intra(), std::span<std::byte>{}, in_c);
-          dc->open_header(
-              call_header::make(in_c.seq, b / dtype_size(type), type, reduce_op::sum, direct::name),
-              "allgather", nullptr, 0);
+        spread(0, me);
+        spread(me + 1, nodes);
+        return;
+      }
+      std::byte* const got = inside_buf + local * nodes * p.offset;
+      sent += ring::run(t.intra(),
+                        std::span<const std::byte>(across_buf + nodes * p.offset, nodes * p.count),
+                        std::span<std::byte>(got, local * nodes * p.count), in_c);
+      // got[l][q] is piece i of the block of node q's local rank l (global q * local + l).
+      for (std::size_t l = 0; l < local && p.count; ++l) {
+        for (std::size_t q = 0; q < nodes; ++q) {
+          std::memcpy(out.data() + (q * local + l) * b + p.offset, got + (l * nodes + q) * p.count,
+                      p.count);
         }
-        // A peer-memory node level spreads this node's own blocks while the network phase
-        // runs (they need nothing from it), so only the other nodes' blocks follow it.
-        auto spread_home = [&] {
-          if constexpr (node_direct) {
-            step = direct::staged(
-                *dc, in, step,
-                [&](std::size_t l, std::size_t x, const std::byte* src, std::size_t len) {
-                  algo::detail::copy_out(out.data() + (me * local + l) * b + x, src, len, stream);
-                });
-            sent += b;
-          }
-        };
-        auto inside = [&](std::size_t i) {  // piece i of every column's blocks, in place
-          const algo::detail::range p = algo::detail::part(b, pieces, i);
-          if constexpr (node_direct) {
-            auto spread = [&](std::size_t q0, std::size_t q1) {  // nodes [q0, q1) of piece i
-              // Byte x of local rank l's part is byte x % p.count of node q0 + x / p.count's.
-              auto place = [&](std::size_t l, std::size_t x, const std::byte* src,
-                               std::size_t len) {
-                while (len) {
-                  const std::size_t q = q0 + x / p.count, at = x % p.count;
-                  const std::size_t take = std::min(len, p.count - at);
-                  algo::detail::copy_out(out.data() + (q * local + l) * b + p.offset + at, src,
-                                         take, stream);
-                  x += take, src += take, len -= take;
-                }
-              };
-              step = direct::staged(
-                  *dc,
-                  std::span<const std::byte>(across_buf + nodes * p.offset + q0 * p.count,
-                                             (q1 - q0) * p.count),
-                  step, place);
-              sent += (q1 - q0) * p.count;
-            };
-            spread(0, me);
-            spread(me + 1, nodes);
-            return;
-          }
-          std::byte* const got = inside_buf + local * nodes * p.offset;
-          sent += ring::run(
-              t.intra(), std::span<const std::byte>(across_buf + nodes * p.offset, nodes * p.count),
-              std::span<std::byte>(got, local * nodes * p.count), in_c);
-          // got[l][q] is piece i of the block of node q's local rank l (global q * local + l).
-          for (std::size_t l = 0; l < local && p.count; ++l) {
-            for (std::size_t q = 0; q < nodes; ++q) {
-              std::memcpy(out.data() + (q * local + l) * b + p.offset,
-                          got + (l * nodes + q) * p.count, p.count);
-            }
-          }
-        };
-        if (pieces == 1) {
-          across(0);
-          spread_home();
-          inside(0);
-        } else {  // piece i spreads in the node while piece i + 1 crosses the network
-          algo::detail::level_pipeline<Intra, Inter> pipe(t, across);
-          pipe.ready(pieces - 1);
-          spread_home();
-          for (std::size_t i = 0; i < pieces; ++i) {
-            pipe.wait(i);
-            inside(i);
-            t.set_node_wait(0);  // no longer held up inside the node (set by its waits)
-          }
-        }
-        if constexpr (node_direct) {
-          if (stream) algo::detail::stream_fence();
-          dc->close();
-        }
-      });
+      }
+    };
+    if (pieces == 1) {
+      across(0);
+      spread_home();
+      inside(0);
+    } else {  // piece i spreads in the node while piece i + 1 crosses the network
+      algo::detail::level_pipeline<Intra, Inter> pipe(t, across);
+      pipe.ready(pieces - 1);
+      spread_home();
+      for (std::size_t i = 0; i < pieces; ++i) {
+        pipe.wait(i);
+        inside(i);
+        t.set_node_wait(0);  // no longer held up inside the node (set by its waits)
+      }
+    }
+    if constexpr (node_direct) {
+      if (stream) algo::detail::stream_fence();
+      dc->close();
+    }
+  });
   return sent + sent_across;
 }
 }  // namespace detail
@@ -278,13 +264,15 @@ void allgather(Tr& t, device_span<TIn> in, device_span<T> out, const call_option
   if constexpr (device_transport<Tr> && detail::has_native_allgather<Tr>) {
     check_element_type<T>();
     detail::check_blocks("allgather", "output", out.size(), "input", in.size(), t.size(), t.rank());
-    const call_context ctx = detail::begin_device_call(t, opt,
-                                                       {"allgather",
-                                                        detail::native_collective_name,
-                                                        dtype_of<T>::value,
-                                                        reduce_op::sum,
-                                                        in.size(),
-                                                        {}});
+    const detail::call_frame<Tr> f(t, opt,
+                                   {"allgather",
+                                    detail::native_collective_name,
+                                    dtype_of<T>::value,
+                                    reduce_op::sum,
+                                    in.size(),
+                                    {}},
+                                   detail::on_device);
+    const call_context& ctx = f.context();
     if (!in.empty()) {
       t.allgather_native(reinterpret_cast<const std::byte*>(in.data()),
                          reinterpret_cast<std::byte*>(out.data()), in.size_bytes(), ctx);

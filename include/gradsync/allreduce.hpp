@@ -2,7 +2,8 @@
 // Every free entry point of gradsync: the in-place allreduce<Algorithm>(transport, data, op)
 // and the out-of-place one on host memory, over a flat transport or a transport::two_level
 // (algo::hierarchical), and the stream-ordered one on device memory (device_span, over
-// transport::nccl / cuda_ipc / mpi_device). Each begins a call the same way (begin_call).
+// transport::nccl / cuda_ipc / mpi_device). Each opens its call through a frame
+// (check/call_frame.hpp).
 #pragma once
 
 #include <cstddef>
@@ -17,18 +18,13 @@
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/hierarchical.hpp"
 #include "gradsync/algo/runs_on.hpp"
-#include "gradsync/check/consistency.hpp"
-#include "gradsync/check/finite.hpp"
-#include "gradsync/check/verify.hpp"
+#include "gradsync/check/call_frame.hpp"
 #include "gradsync/core/call.hpp"
-#include "gradsync/core/deadline.hpp"
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
-#include "gradsync/core/flight_recorder.hpp"
 #include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
-#include "gradsync/core/stall.hpp"
 #include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/kernels/finite.hpp"
 #include "gradsync/transport/concept.hpp"
@@ -37,62 +33,27 @@
 namespace gradsync {
 
 namespace detail {
-/// What every entry point does first: number the call (the same on every rank), fix its
-/// deadline, and tell the transport's stall watch what the call is (core/stall.hpp).
-template <class Tr>
-call_context begin_call(Tr& t, const call_options& opt, call_note note = {}) {
-  const std::uint64_t seq = t.next_seq();
-  note.label = opt.label;
-  enter_call(t, seq, note);
-  if (opt.recorder) opt.recorder->enter(seq, note);
-  return {opt.make_deadline(), seq, data_tag(seq)};
-}
-
-/// begin_call for a call on device memory, after the rule every such call shares:
-/// call_options::verify hashes results in host memory, so it is refused rather than
-/// silently skipped.
-template <class Tr>
-call_context begin_device_call(Tr& t, const call_options& opt, call_note note) {
-  if (opt.verify) {
-    throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
-                "call_options::verify (GRADSYNC_VERIFY=1) hashes results in host memory and "
-                "this transport's buffers are device memory; unset it for device calls");
-  }
-  return begin_call(t, opt, note);
-}
-}  // namespace detail
-
-namespace detail {
-/// What an in-place host allreduce does around its algorithm `run`: the call-header
-/// agreement (unless the algorithm checks headers itself), the non-finite check, the
-/// flight recorder's phases and the result check. It depends on neither the algorithm
-/// nor the op, so it is compiled once per transport and element type.
+/// What an in-place host allreduce does around its algorithm `run`, through the call's
+/// frame (check/call_frame.hpp): the header agreement (unless the algorithm checks
+/// headers itself), the non-finite check, the flight recorder's phases and the result
+/// check. It depends on neither the algorithm nor the op, so it is compiled once per
+/// transport and element type.
 template <class Tr, class T>
-void checked_allreduce(Tr& t, std::span<T> data, reduce_op op, std::string_view algo,
-                       bool self_checked, const call_options& opt, const call_context& ctx,
+void checked_allreduce(call_frame<Tr>& f, std::span<T> data, bool self_checked,
                        function_ref<void()> run) {
-  const std::uint64_t seq = ctx.seq;
+  const call_context& ctx = f.context();
   // ctx.check_finite: the algorithm checks in its own pass (it also sets the header flag).
-  const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite && !ctx.check_finite;
-  recorded(
-      opt, seq,
-      [&] {
-        if (!self_checked && opt.check && t.size() > 1) {
-          std::vector<call_header> table;
-          agree(t,
-                call_header::make(seq, data.size(), dtype_of<T>::value, op, algo,
-                                  finite || ctx.check_finite ? call_header::finite_checked : 0),
-                ctx.until, table);
-        }
-        if (finite) {
-          agree_finite(t, find_non_finite(t, t.rank(), data.data(), data.size()), ctx.until,
-                       [](std::size_t) { return std::string("its input"); });
-        }
-        if (opt.recorder) opt.recorder->mark(seq, flight_recorder::phase::checked);
-        run();
-        if (opt.verify) verify_result(t, seq, data.data(), data.size_bytes(), ctx.until);
-      },
-      [&] { return describe_rank(t, t.rank()); });
+  const bool finite =
+      kernels::can_be_non_finite_v<T> && f.options().check_finite && !ctx.check_finite;
+  f.run([&] {
+    if (!self_checked) {
+      f.agree(f.header(finite || ctx.check_finite ? call_header::finite_checked : 0));
+    }
+    if (finite) f.check_finite(data.data(), data.size());
+    f.mark_checked();
+    run();
+    f.verify(data.data(), data.size_bytes());
+  });
 }
 
 /// The invalid_argument of an out-of-place call whose spans differ in length (or, of the
@@ -121,8 +82,9 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   static_assert(!std::is_const_v<T>,
                 "gradsync: the in-place allreduce writes its buffer; pass a std::span of "
                 "non-const elements (or use the overload with a separate output span)");
-  call_context ctx = detail::begin_call(
-      t, opt, {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}});
+  detail::call_frame<Tr> f(t, opt,
+                           {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}});
+  call_context& ctx = f.context();
   // Algorithms that compare call headers in their own first exchange (algo::direct_*)
   // declare `checks_headers = true` (or `checks_headers_on<Tr>`) and skip this round trip.
   constexpr bool checks_always = requires {
@@ -141,7 +103,7 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   };
   ctx.check_finite = (finite_always || finite_on_tr) && opt.check_finite &&
                      kernels::can_be_non_finite_v<std::remove_const_t<T>>;
-  detail::checked_allreduce(t, data, Op::id, A::name, checks_always || checks_on_tr, opt, ctx,
+  detail::checked_allreduce(f, data, checks_always || checks_on_tr,
                             [&] { A::run(t, data, op, ctx); });
 }
 
@@ -202,8 +164,10 @@ void allreduce(Tr& t, device_span<T> data, Op op, const call_options& opt = {}) 
                 "a device_span of non-const elements");
   if constexpr (device_transport<Tr>) {
     check_composition<A, Tr, std::remove_const_t<T>, Op>();
-    const call_context ctx = detail::begin_device_call(
-        t, opt, {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}});
+    const detail::call_frame<Tr> f(
+        t, opt, {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}},
+        detail::on_device);
+    const call_context& ctx = f.context();
     if constexpr (detail::wants_native<A>) {
       if (!data.empty()) t.allreduce_native(data.data(), data.size(), op, ctx);
     } else if constexpr (runs_on_v<A, Tr>) {

@@ -20,9 +20,7 @@
 #include "gradsync/algo/broadcast_direct.hpp"
 #include "gradsync/algo/broadcast_tree.hpp"
 #include "gradsync/allreduce.hpp"
-#include "gradsync/check/consistency.hpp"
-#include "gradsync/check/two_levels.hpp"
-#include "gradsync/check/verify.hpp"
+#include "gradsync/check/call_frame.hpp"
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
@@ -31,7 +29,6 @@
 #include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/two_level.hpp"
-#include "gradsync/transport/two_level/call.hpp"
 
 namespace gradsync {
 
@@ -63,12 +60,6 @@ std::size_t run_broadcast(Tr& t, std::span<std::byte> data, std::size_t root,
   return algo::broadcast_tree::run(t, data, root, ctx);
 }
 
-/// The header every rank states for a broadcast.
-inline call_header broadcast_header(std::uint64_t seq, std::size_t count, dtype type,
-                                    std::string_view algo_name, std::size_t root) {
-  return call_header::make(seq, count, type, reduce_op::sum, algo_name, 0, root);
-}
-
 /// Throws errc::invalid_argument unless `root` is one of `n` ranks (every rank passed
 /// the same root by then, so every rank throws).
 inline void check_root(std::size_t root, std::size_t n, std::size_t rank, std::uint64_t seq) {
@@ -85,27 +76,22 @@ std::size_t broadcast_bytes(Tr& t, std::span<std::byte> data, std::size_t root, 
                             const call_options& opt) {
   const std::size_t count = data.size() / dtype_size(type);
   const std::string_view algo_name = broadcast_algo<Tr>(data.size(), t.size(), true);
-  const call_context ctx =
-      begin_call(t, opt, {"broadcast", algo_name, type, reduce_op::sum, count, {}});
+  const call_frame<Tr> f(t, opt, {"broadcast", algo_name, type, reduce_op::sum, count, {}});
+  const call_context& ctx = f.context();
   std::size_t sent = 0;
-  recorded(
-      opt, ctx.seq,
-      [&] {
-        const call_header h = broadcast_header(ctx.seq, count, type, algo_name, root);
-        if constexpr (has_direct_collectives<Tr>) {  // its header round is the agreement
-          sent = algo::broadcast_direct::run(t, data, root, h, ctx, [&](std::size_t q) {
-            check_root(q, t.size(), t.rank(), ctx.seq);
-          });
-        } else {
-          agree_if_checked(t, opt, h, ctx.until, same_rank{}, "broadcast");
-          check_root(root, t.size(), t.rank(), ctx.seq);
-          sent = run_broadcast(t, data, root, ctx);
-        }
-        if (opt.verify) {
-          verify_result(t, ctx.seq, data.data(), data.size(), ctx.until, same_rank{}, "broadcast");
-        }
-      },
-      [&] { return describe_rank(t, t.rank()); });
+  f.run([&] {
+    const call_header h = f.header(0, root);
+    if constexpr (has_direct_collectives<Tr>) {  // its header round is the agreement
+      sent = algo::broadcast_direct::run(t, data, root, h, ctx, [&](std::size_t q) {
+        check_root(q, t.size(), t.rank(), ctx.seq);
+      });
+    } else {
+      f.agree(h);
+      check_root(root, t.size(), t.rank(), ctx.seq);
+      sent = run_broadcast(t, data, root, ctx);
+    }
+    f.verify(data.data(), data.size());
+  });
   return sent;
 }
 
@@ -117,29 +103,19 @@ std::size_t broadcast_bytes(transport::two_level<Intra, Inter>& t, std::span<std
   // The name of the node level's choice (each level picks its own; Inter may go native).
   const std::string_view algo_name = broadcast_algo<Intra>(data.size(), t.size());
   std::size_t sent = 0;
-  transport::detail::two_level_call(
-      t, t.intra(), t.inter(), opt, {"broadcast", algo_name, type, reduce_op::sum, count, {}},
-      "broadcast inside the node", "broadcast across nodes",
-      [&](const call_context& in_c, const call_context& out_c) {
-        if (opt.check) {
-          agree_two_levels(
-              t, t.intra(), t.inter(), in_c.seq, out_c.seq, in_c.until, algo_name,
-              [&](std::uint64_t seq, std::string_view name) {
-                return broadcast_header(seq, count, type, name, root);
-              },
-              "broadcast");
-        }
-        check_root(root, t.size(), t.rank(), in_c.seq);
-        // The root's column carries the data across the nodes, then each node spreads it.
-        if (t.intra().rank() == root % local) {
-          sent += run_broadcast(t.inter(), data, root / local, out_c);
-        }
-        sent += run_broadcast(t.intra(), data, root % local, in_c);
-        if (opt.verify) {
-          verify_two_levels(t, t.intra(), t.inter(), in_c.seq, out_c.seq, data.data(), data.size(),
-                            in_c.until, "broadcast");
-        }
-      });
+  const own_level_frame<Intra, Inter> f(t, t.intra(), t.inter(), opt,
+                                        {"broadcast", algo_name, type, reduce_op::sum, count, {}},
+                                        "broadcast inside the node", "broadcast across nodes");
+  f.run([&] {
+    f.agree(algo_name, 0, root);
+    check_root(root, t.size(), t.rank(), f.inside().seq);
+    // The root's column carries the data across the nodes, then each node spreads it.
+    if (t.intra().rank() == root % local) {
+      sent += run_broadcast(t.inter(), data, root / local, f.across());
+    }
+    sent += run_broadcast(t.intra(), data, root % local, f.inside());
+    f.verify(data.data(), data.size());
+  });
   return sent;
 }
 }  // namespace detail
@@ -171,13 +147,15 @@ void broadcast(Tr& t, device_span<T> data, std::size_t root, const call_options&
                 "broadcast: transport::nccl, transport::mpi_device or transport::cuda_ipc");
   if constexpr (device_transport<Tr> && detail::has_native_broadcast<Tr>) {
     check_element_type<T>();
-    const call_context ctx = detail::begin_device_call(t, opt,
-                                                       {"broadcast",
-                                                        detail::native_collective_name,
-                                                        dtype_of<T>::value,
-                                                        reduce_op::sum,
-                                                        data.size(),
-                                                        {}});
+    const detail::call_frame<Tr> f(t, opt,
+                                   {"broadcast",
+                                    detail::native_collective_name,
+                                    dtype_of<T>::value,
+                                    reduce_op::sum,
+                                    data.size(),
+                                    {}},
+                                   detail::on_device);
+    const call_context& ctx = f.context();
     detail::check_root(root, t.size(), t.rank(), ctx.seq);
     if (!data.empty()) {
       t.broadcast_native(reinterpret_cast<std::byte*>(data.data()), data.size_bytes(), root, ctx);

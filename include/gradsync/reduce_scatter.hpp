@@ -24,9 +24,7 @@
 #include "gradsync/algo/reduce_scatter_ring.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/allreduce.hpp"
-#include "gradsync/check/consistency.hpp"
-#include "gradsync/check/finite.hpp"
-#include "gradsync/check/two_levels.hpp"
+#include "gradsync/check/call_frame.hpp"
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
@@ -37,20 +35,11 @@
 #include "gradsync/kernels/finite.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/two_level.hpp"
-#include "gradsync/transport/two_level/call.hpp"
 
 namespace gradsync {
 
 namespace detail {
 using rs_algo = algo::reduce_scatter_ring;
-
-/// The header every rank states for a reduce_scatter of `count` elements per rank.
-template <class T, class Op>
-call_header reduce_scatter_header(std::uint64_t seq, std::size_t count, std::string_view name,
-                                  bool finite) {
-  return call_header::make(seq, count, dtype_of<T>::value, Op::id, name,
-                           finite ? call_header::finite_checked : 0);
-}
 
 /// A reduce_scatter over one flat transport, its call numbered and checked.
 template <transport_policy Tr, class T, class Op>
@@ -61,36 +50,31 @@ std::size_t reduce_scatter_flat(Tr& t, std::span<const T> in, std::span<T> out, 
   const std::string_view name = has_direct_collectives<Tr> ? algo::reduce_scatter_direct::name
                                 : native                   ? native_collective_name
                                                            : rs_algo::name;
-  const call_context ctx =
-      begin_call(t, opt, {"reduce_scatter", name, dtype_of<T>::value, Op::id, out.size(), {}});
+  const call_frame<Tr> f(t, opt,
+                         {"reduce_scatter", name, dtype_of<T>::value, Op::id, out.size(), {}});
+  const call_context& ctx = f.context();
   const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
   std::size_t sent = 0;
-  recorded(
-      opt, ctx.seq,
-      [&] {
-        const call_header h = reduce_scatter_header<T, Op>(ctx.seq, out.size(), name, finite);
-        auto check_inputs = [&] {
-          if (finite) {
-            agree_finite(t, find_non_finite(t, t.rank(), in.data(), in.size()), ctx.until,
-                         [](std::size_t) { return std::string("its input"); });
-          }
-        };
-        if constexpr (has_direct_collectives<Tr>) {  // its header round is the agreement
-          sent = algo::reduce_scatter_direct::run(t, in, out, op, h, ctx, check_inputs);
-          return;
-        }
-        agree_if_checked(t, opt, h, ctx.until, same_rank{}, "reduce_scatter");
-        check_inputs();
-        if constexpr (has_native_reduce_scatter<Tr, T, Op>) {
-          if (native) {  // reports (n - 1) blocks, the least any algorithm sends
-            t.reduce_scatter_native(in.data(), out.data(), out.size(), op, ctx);
-            sent = (t.size() - 1) * out.size() * sizeof(T);
-            return;
-          }
-        }
-        sent = rs_algo::run(t, in, out, op, ctx);
-      },
-      [&] { return describe_rank(t, t.rank()); });
+  f.run([&] {
+    const call_header h = f.header(finite ? call_header::finite_checked : 0);
+    auto check_inputs = [&] {
+      if (finite) f.check_finite(in.data(), in.size());
+    };
+    if constexpr (has_direct_collectives<Tr>) {  // its header round is the agreement
+      sent = algo::reduce_scatter_direct::run(t, in, out, op, h, ctx, check_inputs);
+      return;
+    }
+    f.agree(h);
+    check_inputs();
+    if constexpr (has_native_reduce_scatter<Tr, T, Op>) {
+      if (native) {  // reports (n - 1) blocks, the least any algorithm sends
+        t.reduce_scatter_native(in.data(), out.data(), out.size(), op, ctx);
+        sent = (t.size() - 1) * out.size() * sizeof(T);
+        return;
+      }
+    }
+    sent = rs_algo::run(t, in, out, op, ctx);
+  });
   return sent;
 }
 
@@ -105,95 +89,82 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
   const std::size_t m = out.size(), local = t.intra().size(), nodes = t.inter().size();
   const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
   std::size_t sent = 0;
-  transport::detail::two_level_call(
+  const std::uint16_t flags = finite ? call_header::finite_checked : 0;
+  const own_level_frame<Intra, Inter> f(
       t, t.intra(), t.inter(), opt, {"reduce_scatter", name, dtype_of<T>::value, Op::id, m, {}},
-      "reduce_scatter inside the node", "reduce_scatter across nodes",
-      [&](const call_context& in_c, const call_context& out_c) {
-        if (opt.check) {
-          agree_two_levels(
-              t, t.intra(), t.inter(), in_c.seq, out_c.seq, in_c.until, name,
-              [&](std::uint64_t seq, std::string_view name) {
-                return reduce_scatter_header<T, Op>(seq, m, name, finite);
-              },
-              "reduce_scatter");
-        }
-        if (finite) {
-          const std::size_t bad = kernels::first_non_finite(in.data(), in.size());
-          agree_finite(t, t.intra(), t.inter(),
-                       make_finding(0, bad, bad < in.size() ? in.data() + bad : nullptr, t.rank(),
-                                    t.describe_self()),
-                       in_c.until, [](std::size_t) { return std::string("its input"); });
-        }
-        // Column l is the blocks of global ranks q * local + l (node q), node-major: the
-        // node's reduce-scatter leaves local rank l their node-wide sums, in pieces of the
-        // blocks' elements, each piece's columns together. The ring needs each piece's
-        // columns side by side (`column`). Kept across calls in the node transport's
-        // workspace (rs_algo uses slots 0 and 3).
-        T* const column =
-            static_cast<T*>(t.intra().scratch().get(4, node_direct ? 0 : in.size() * sizeof(T)));
-        T* const mine = static_cast<T*>(t.intra().scratch().get(6, nodes * m * sizeof(T)));
-        // op::avg: sums on both levels, one division by the whole group at the end.
-        using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
-        const std::size_t pieces =
-            algo::tuning::hierarchical_pieces(in.size_bytes(), t.pipelines());
-        std::size_t sent_across = 0;
-        std::optional<algo::detail::direct_call<Intra, T, level_op>> dc;
-        std::uint64_t step = 0;
-        if constexpr (node_direct) {
-          dc.emplace(t.intra(), std::span<T>{}, in_c);
-          dc->open_header(reduce_scatter_header<T, Op>(in_c.seq, m, name, finite), "reduce_scatter",
-                          nullptr, 0);
-        }
-        auto inside = [&](std::size_t i) {  // piece i's columns, reduced inside the node
-          const algo::detail::range p = algo::detail::part(m, pieces, i);
-          if constexpr (node_direct) {
-            if (p.count == 0) return;
-            // Element x of column l: node x / p.count's block, at x % p.count in the piece.
-            const std::size_t pc = p.count;
-            step = direct::staged(
-                *dc, nodes * pc, pc,
-                [&](std::size_t l, std::size_t x) {
-                  return in.data() + ((x / pc) * local + l) * m + p.offset + x % pc;
-                },
-                mine + nodes * p.offset, level_op{}, step, [](std::size_t, std::size_t) {});
-            sent += (local - 1) * nodes * pc * sizeof(T);
-            return;
+      "reduce_scatter inside the node", "reduce_scatter across nodes");
+  const call_context &in_c = f.inside(), &out_c = f.across();
+  f.run([&] {
+    f.agree(name, flags);
+    if (finite) f.check_finite(in.data(), in.size());
+    // Column l is the blocks of global ranks q * local + l (node q), node-major: the
+    // node's reduce-scatter leaves local rank l their node-wide sums, in pieces of the
+    // blocks' elements, each piece's columns together. The ring needs each piece's
+    // columns side by side (`column`). Kept across calls in the node transport's
+    // workspace (rs_algo uses slots 0 and 3).
+    T* const column =
+        static_cast<T*>(t.intra().scratch().get(4, node_direct ? 0 : in.size() * sizeof(T)));
+    T* const mine = static_cast<T*>(t.intra().scratch().get(6, nodes * m * sizeof(T)));
+    // op::avg: sums on both levels, one division by the whole group at the end.
+    using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
+    const std::size_t pieces = algo::tuning::hierarchical_pieces(in.size_bytes(), t.pipelines());
+    std::size_t sent_across = 0;
+    std::optional<algo::detail::direct_call<Intra, T, level_op>> dc;
+    std::uint64_t step = 0;
+    if constexpr (node_direct) {
+      dc.emplace(t.intra(), std::span<T>{}, in_c);
+      dc->open_header(f.header(name, flags), "reduce_scatter", nullptr, 0);
+    }
+    auto inside = [&](std::size_t i) {  // piece i's columns, reduced inside the node
+      const algo::detail::range p = algo::detail::part(m, pieces, i);
+      if constexpr (node_direct) {
+        if (p.count == 0) return;
+        // Element x of column l: node x / p.count's block, at x % p.count in the piece.
+        const std::size_t pc = p.count;
+        step = direct::staged(
+            *dc, nodes * pc, pc,
+            [&](std::size_t l, std::size_t x) {
+              return in.data() + ((x / pc) * local + l) * m + p.offset + x % pc;
+            },
+            mine + nodes * p.offset, level_op{}, step, [](std::size_t, std::size_t) {});
+        sent += (local - 1) * nodes * pc * sizeof(T);
+        return;
+      }
+      T* const col = column + local * nodes * p.offset;
+      for (std::size_t l = 0; l < local; ++l) {
+        for (std::size_t q = 0; q < nodes; ++q) {
+          if (p.count) {
+            std::memcpy(col + (l * nodes + q) * p.count, in.data() + (q * local + l) * m + p.offset,
+                        p.count * sizeof(T));
           }
-          T* const col = column + local * nodes * p.offset;
-          for (std::size_t l = 0; l < local; ++l) {
-            for (std::size_t q = 0; q < nodes; ++q) {
-              if (p.count) {
-                std::memcpy(col + (l * nodes + q) * p.count,
-                            in.data() + (q * local + l) * m + p.offset, p.count * sizeof(T));
-              }
-            }
-          }
-          sent += rs_algo::run(t.intra(), std::span<const T>(col, local * nodes * p.count),
-                               std::span<T>(mine + nodes * p.offset, nodes * p.count), level_op{},
-                               in_c);
-        };
-        auto across = [&](std::size_t i) {  // piece i's node sums, reduced across the nodes
-          const algo::detail::range p = algo::detail::part(m, pieces, i);
-          sent_across +=
-              rs_algo::run(t.inter(), std::span<const T>(mine + nodes * p.offset, nodes * p.count),
-                           out.subspan(p.offset, p.count), level_op{}, out_c);
-        };
-        if (pieces == 1) {
-          inside(0);
-          across(0);
-        } else {  // piece i crosses the network while piece i + 1 is reduced in the node
-          algo::detail::level_pipeline<Intra, Inter> pipe(t, across);
-          for (std::size_t i = 0; i < pieces; ++i) {
-            inside(i);
-            t.set_node_wait(0);  // no longer held up inside the node (set by its waits)
-            pipe.ready(i);
-          }
-          pipe.wait(pieces - 1);
         }
-        if constexpr (node_direct) dc->close();
-        sent += sent_across;
-        t.intra().executor().finalize(out.data(), m, t.size(), op);
-      });
+      }
+      sent +=
+          rs_algo::run(t.intra(), std::span<const T>(col, local * nodes * p.count),
+                       std::span<T>(mine + nodes * p.offset, nodes * p.count), level_op{}, in_c);
+    };
+    auto across = [&](std::size_t i) {  // piece i's node sums, reduced across the nodes
+      const algo::detail::range p = algo::detail::part(m, pieces, i);
+      sent_across +=
+          rs_algo::run(t.inter(), std::span<const T>(mine + nodes * p.offset, nodes * p.count),
+                       out.subspan(p.offset, p.count), level_op{}, out_c);
+    };
+    if (pieces == 1) {
+      inside(0);
+      across(0);
+    } else {  // piece i crosses the network while piece i + 1 is reduced in the node
+      algo::detail::level_pipeline<Intra, Inter> pipe(t, across);
+      for (std::size_t i = 0; i < pieces; ++i) {
+        inside(i);
+        t.set_node_wait(0);  // no longer held up inside the node (set by its waits)
+        pipe.ready(i);
+      }
+      pipe.wait(pieces - 1);
+    }
+    if constexpr (node_direct) dc->close();
+    sent += sent_across;
+    t.intra().executor().finalize(out.data(), m, t.size(), op);
+  });
   return sent;
 }
 }  // namespace detail
@@ -235,13 +206,15 @@ void reduce_scatter(Tr& t, device_span<TIn> in, device_span<T> out, Op op,
     check_op_for<T, Op>();
     detail::check_blocks("reduce_scatter", "input", in.size(), "output", out.size(), t.size(),
                          t.rank());
-    const call_context ctx = detail::begin_device_call(t, opt,
-                                                       {"reduce_scatter",
-                                                        detail::native_collective_name,
-                                                        dtype_of<T>::value,
-                                                        Op::id,
-                                                        out.size(),
-                                                        {}});
+    const detail::call_frame<Tr> f(t, opt,
+                                   {"reduce_scatter",
+                                    detail::native_collective_name,
+                                    dtype_of<T>::value,
+                                    Op::id,
+                                    out.size(),
+                                    {}},
+                                   detail::on_device);
+    const call_context& ctx = f.context();
     if (!out.empty()) {
       t.reduce_scatter_native(static_cast<const T*>(in.data()), out.data(), out.size(), op, ctx);
     }

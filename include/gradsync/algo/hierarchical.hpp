@@ -33,19 +33,13 @@
 #include "gradsync/algo/detail/ring_pass.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/algo/ring.hpp"
-#include "gradsync/check/consistency.hpp"
-#include "gradsync/check/finite.hpp"
-#include "gradsync/check/two_levels.hpp"
+#include "gradsync/check/call_frame.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
-#include "gradsync/core/flight_recorder.hpp"
 #include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
-#include "gradsync/core/stall.hpp"
 #include "gradsync/kernels/finite.hpp"
-#include "gradsync/check/verify.hpp"
 #include "gradsync/transport/two_level.hpp"
-#include "gradsync/transport/two_level/call.hpp"
 
 namespace gradsync::algo {
 
@@ -85,12 +79,10 @@ struct hierarchical {
   template <class Intra, class Inter, class In, class Out, class T, class Op, class Phase>
   static void run_on(transport::two_level<Intra, Inter>& t, In& in, Out& out, std::span<T> data,
                      Op op, const call_options& opt, Phase&& phase) {
-    transport::detail::two_level_call(
+    const gradsync::detail::level_frame<Intra, Inter, In, Out> f(
         t, in, out, opt, {"allreduce", name, dtype_of<T>::value, Op::id, data.size(), {}},
-        "allreduce inside the node", "allreduce across nodes",
-        [&](const call_context& in_c, const call_context& out_c) {
-          run_levels(t, in, out, data, op, opt, phase, in_c.until, in_c.seq, out_c.seq);
-        });
+        "allreduce inside the node", "allreduce across nodes");
+    f.run([&] { run_levels(t, in, out, data, op, f, phase); });
   }
 
  private:
@@ -104,48 +96,38 @@ struct hierarchical {
   template <class In>
   using op_on = detail::erased_op<typename detail::ring_pass<In>::executor_t>;
 
-  /// run_on's body, its calls numbered in_seq (node level) and out_seq (across nodes): the
-  /// checks that need T and Op, then run_bytes.
+  /// run_on's body in its frame `f`: the checks that need T and Op, run_bytes, and the
+  /// result check.
   template <class Intra, class Inter, class In, class Out, class T, class Op, class Phase>
   static void run_levels(transport::two_level<Intra, Inter>& t, In& in, Out& out, std::span<T> data,
-                         Op, const call_options& opt, Phase& phase, deadline until,
-                         std::uint64_t in_seq, std::uint64_t out_seq) {
-    const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
-    if (opt.check) {
-      check_arguments<T, Op>(t, in, out, data.size(), in_seq, out_seq, until,
-                             finite ? call_header::finite_checked : 0);
-    }
-    if (finite) {
-      const std::size_t bad = kernels::first_non_finite(data.data(), data.size());
-      agree_finite(
-          t, in, out,
-          gradsync::detail::make_finding(
-              0, bad, bad < data.size() ? data.data() + bad : static_cast<const T*>(nullptr),
-              t.rank(), t.describe_self()),
-          until, [](std::size_t) { return std::string("its input"); });
-    }
-    if (opt.recorder) opt.recorder->mark(in_seq, flight_recorder::phase::checked);
+                         Op, const gradsync::detail::level_frame<Intra, Inter, In, Out>& f,
+                         Phase& phase) {
+    const bool finite = kernels::can_be_non_finite_v<T> && f.options().check_finite;
+    // The header names InterAlgo too: a different InterAlgo on some nodes must be caught
+    // (their messages would not match).
+    f.agree(header_name(), finite ? call_header::finite_checked : 0);
+    if (finite) f.check_finite(data.data(), data.size());
+    f.mark_checked();
     // op::avg: sums at both levels, one division by the whole group on the shard's owner.
     using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
     run_bytes(
-        t, in, out, reinterpret_cast<std::byte*>(data.data()), data.size(),
+        t, in, reinterpret_cast<std::byte*>(data.data()), data.size(),
         detail::erase_op_for<T, level_op>(in), detail::erase_op_for<T, Op>(in),
         [&](std::byte* p, std::size_t count, const call_context& out_c) {
           InterAlgo::run(out, std::span<T>(reinterpret_cast<T*>(p), count), level_op{}, out_c);
         },
-        opt, phase, until, in_seq, out_seq);
+        phase, f.inside(), f.across());
+    f.verify(data.data(), data.size_bytes());
   }
 
   /// The three phases on `count` elements of level.elem bytes at `base`: `level` reduces
   /// inside the node, `inter` across the nodes, final_op finalizes (avg divides by the
   /// whole group). One instance per pair of levels, whatever the element type and op.
-  template <class Intra, class Inter, class In, class Out>
-  static void run_bytes(transport::two_level<Intra, Inter>& t, In& in, Out& out, std::byte* base,
+  template <class Intra, class Inter, class In>
+  static void run_bytes(transport::two_level<Intra, Inter>& t, In& in, std::byte* base,
                         std::size_t count, const op_on<In>& level, const op_on<In>& final_op,
-                        inter_fn inter, const call_options& opt, phase_fn phase, deadline until,
-                        std::uint64_t in_seq, std::uint64_t out_seq) {
-    const call_context in_c{until, in_seq, data_tag(in_seq)};
-    const call_context out_c{until, out_seq, data_tag(out_seq)};
+                        inter_fn inter, phase_fn phase, const call_context& in_c,
+                        const call_context& out_c) {
     const std::size_t elem = level.elem;
     const auto ex = in.executor();
     const std::size_t local = in.size();
@@ -154,16 +136,11 @@ struct hierarchical {
       inter(base, count, out_c);
       final_op.finalize(ex, base, count, t.size());
       phase("inter_allreduce", i0, clock::now());
-      if (opt.verify) {
-        gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, base, count * elem, until,
-                                            "allreduce");
-      }
       return;
     }
     const std::size_t pieces = tuning::hierarchical_pieces(count * elem, t.pipelines());
     if (pieces > 1) {
-      return run_pipelined(t, in, out, base, count, level, final_op, inter, opt, in_c, out_c,
-                           pieces, phase, in_seq, out_seq, until);
+      return run_pipelined(t, in, base, count, level, final_op, inter, in_c, out_c, pieces, phase);
     }
     detail::ring_pass<In> pass(in, base, count, elem, in_c);
     const auto r0 = clock::now();
@@ -180,22 +157,17 @@ struct hierarchical {
     phase("intra_reduce_scatter", r0, r1);
     phase("inter_allreduce", r1, i1);
     phase("intra_allgather", i1, g1);
-    if (opt.verify)
-      gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, base, count * elem, until,
-                                          "allreduce");
   }
 
   /// run_bytes over `pieces` pieces of the vector: the node's reduce-scatter of piece
   /// i+1 runs while a helper thread (detail/level_pipeline.hpp) allreduces piece i's shard
   /// across the nodes, and each piece is allgathered in the node once its shard is back,
   /// so the network is busy from the first piece's shard to the last's.
-  template <class Intra, class Inter, class In, class Out>
-  static void run_pipelined(transport::two_level<Intra, Inter>& t, In& in, Out& out,
-                            std::byte* base, std::size_t count, const op_on<In>& level,
-                            const op_on<In>& final_op, inter_fn inter, const call_options& opt,
-                            const call_context& in_c, const call_context& out_c, std::size_t pieces,
-                            phase_fn phase, std::uint64_t in_seq, std::uint64_t out_seq,
-                            deadline until) {
+  template <class Intra, class Inter, class In>
+  static void run_pipelined(transport::two_level<Intra, Inter>& t, In& in, std::byte* base,
+                            std::size_t count, const op_on<In>& level, const op_on<In>& final_op,
+                            inter_fn inter, const call_context& in_c, const call_context& out_c,
+                            std::size_t pieces, phase_fn phase) {
     const std::size_t elem = level.elem;
     std::vector<detail::ring_pass<In>> passes;
     passes.reserve(pieces);
@@ -228,31 +200,12 @@ struct hierarchical {
     phase("intra_reduce_scatter", r0, r1);
     phase("inter_allreduce", i0, i1);
     phase("intra_allgather", i1, g1);
-    if (opt.verify)
-      gradsync::detail::verify_two_levels(t, in, out, in_seq, out_seq, base, count * elem, until,
-                                          "allreduce");
   }
 
-  /// The header's algorithm field: "hier<" + InterAlgo's name + ">" (a different
-  /// InterAlgo on some nodes must be caught: their messages would not match).
+  /// The header's algorithm field: "hier<" + InterAlgo's name + ">".
   static const std::string& header_name() {
     static const std::string n = "hier<" + std::string(InterAlgo::name) + ">";  // built once
     return n;
-  }
-
-  /// Agrees on the call inside the node, then across nodes; every rank ends with the same
-  /// verdict (check/two_levels.hpp: a node that disagrees joins the cross-node round with
-  /// a poisoned header, so the other nodes fail at once too).
-  template <class T, class Op, class Intra, class Inter, class In, class Out>
-  static void check_arguments(transport::two_level<Intra, Inter>& t, In& in, Out& out,
-                              std::size_t count, std::uint64_t in_seq, std::uint64_t out_seq,
-                              deadline until, std::uint16_t flags) {
-    gradsync::detail::agree_two_levels(
-        t, in, out, in_seq, out_seq, until, header_name(),
-        [&](std::uint64_t seq, std::string_view name) {
-          return call_header::make(seq, count, dtype_of<T>::value, Op::id, name, flags);
-        },
-        "allreduce");
   }
 };
 

@@ -303,7 +303,7 @@ void allreducer_core::check_finite(batch& b, std::size_t k, Copy& copy) {
                                 rank_, runner_->describe_self());
   });
   // A peer's finding indexes this rank's names: it must be one of the plan's tensors.
-  runner_->agree_finite(mine, b.plan->tensor_bucket.size(), [&](std::size_t i) {
+  runner_->share_finding(mine, b.plan->tensor_bucket.size(), [&](std::size_t i) {
     return "tensor #" + std::to_string(i) +
            (b.registered ? reg_.label(i) : std::string(" of the list"));
   });

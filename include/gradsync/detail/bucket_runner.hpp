@@ -24,7 +24,7 @@
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/allgather.hpp"
 #include "gradsync/allreduce.hpp"
-#include "gradsync/check/finite.hpp"
+#include "gradsync/check/call_frame.hpp"
 #include "gradsync/compress/concept.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
@@ -50,13 +50,16 @@ class bucket_runner final : public bucket_runner_base {
   bucket_runner(Transport& t, const call_options& opt, observe::timeline& tl, staging_pool& pool)
       : bucket_runner_base(opt, tl), t_(t), pool_(pool) {}
 
-  void agree_finite(const finite_finding& mine, std::size_t tensors,
-                    function_ref<std::string(std::size_t)> name) override {
+  void share_finding(const finite_finding& mine, std::size_t tensors,
+                     function_ref<std::string(std::size_t)> name) override {
     if constexpr (transport::is_two_level_v<Transport>) {
-      gradsync::agree_finite(t_, t_.intra(), t_.inter(), mine, opt_.make_deadline(), name, tensors);
+      own_level_frame<typename Transport::intra_type,
+                      typename Transport::inter_type>::share_finding(t_, t_.intra(), t_.inter(),
+                                                                     mine, opt_.make_deadline(),
+                                                                     name, tensors);
     } else {
-      gradsync::agree_finite(t_, mine, opt_.make_deadline(), name, detail::nothing_reduced,
-                             tensors);
+      call_frame<Transport>::share_finding(t_, mine, opt_.make_deadline(), name, nothing_reduced,
+                                           tensors);
     }
   }
 

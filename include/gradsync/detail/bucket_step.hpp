@@ -63,8 +63,8 @@ class bucket_runner_base {
   /// Shares this rank's finding with every rank (check/finite.hpp); errc::non_finite on
   /// every rank when any found a NaN or Inf. `name(i)` names tensor i of `tensors` (a
   /// peer's finding naming another is errc::mismatch).
-  virtual void agree_finite(const finite_finding& mine, std::size_t tensors,
-                            function_ref<std::string(std::size_t)> name) = 0;
+  virtual void share_finding(const finite_finding& mine, std::size_t tensors,
+                             function_ref<std::string(std::size_t)> name) = 0;
   /// How this rank names itself in those findings.
   virtual std::string describe_self() const = 0;
   /// "direct_one_shot x1, direct_two_shot x4" when the algorithm chooses per bucket (as
@@ -88,7 +88,7 @@ class bucket_runner_base {
 
  protected:
   /// The collectives run with `opt`, but for check_finite: the allreducer checks a
-  /// bucket's tensors itself (in its pack pass) and calls agree_finite.
+  /// bucket's tensors itself (in its pack pass) and calls share_finding.
   bucket_runner_base(const call_options& opt, observe::timeline& tl)
       : opt_(without_finite(opt)), tl_(tl) {}
   ~bucket_runner_base() = default;

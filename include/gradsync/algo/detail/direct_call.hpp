@@ -20,6 +20,7 @@
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/tuning.hpp"
+#include "gradsync/check/call_frame.hpp"
 #include "gradsync/check/consistency.hpp"
 #include "gradsync/check/finite.hpp"
 #include "gradsync/core/dtype.hpp"
@@ -159,8 +160,9 @@ class direct_call {
   /// `extra_bytes` of `extra` (if any) are published at the start of the payload.
   void open(std::string_view algo, bool with_payload, const void* extra = nullptr,
             std::size_t extra_bytes = 0) {
-    const call_header h = call_header::make(ctx_.seq, count_, dtype_of<T>::value, Op::id, algo,
-                                            check_finite() ? call_header::finite_checked : 0);
+    const call_header h = gradsync::detail::header_of(
+        ctx_.seq, {"allreduce", algo, dtype_of<T>::value, Op::id, count_, {}}, algo,
+        check_finite() ? call_header::finite_checked : 0);
     if (with_payload) {
       open_header(h, "allreduce", data_, count_ * sizeof(T));
     } else {
@@ -274,8 +276,8 @@ class direct_call {
                            " elements were already reduced in place, some only in part: "
                            "large direct calls check each chunk as they stage it";
     after_open([&] {
-      agree_finite(
-          t_, mine, ctx_.until, [](std::size_t) { return std::string("its input"); }, left);
+      gradsync::detail::call_frame<Tr>::share_finding(t_, mine, ctx_.until,
+                                                      gradsync::detail::its_input, left);
     });
     // The marking rank reads its value again; only an input changed during the call
     // (another thread writing it) gets here.
