@@ -94,6 +94,7 @@ TEST_CASE(
   CHECK(has(r0, "\"phase\":\"failed\""));
   CHECK(has(r0, "fc.weight"));  // the bucket's label names its tensors
   const std::string text = report(b, 3);
+  CAPTURE(text);
   CHECK(has(text, "rank 2 never arrived, or never failed: it wrote no record"));
   CHECK(!has(text, "first disagreement"));
   remove_files(b, 3);

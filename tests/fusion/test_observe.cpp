@@ -268,3 +268,109 @@ TEST_CASE("metrics: a collective longer than GRADSYNC_STALL_WARN counts as a sta
                        doctest::Contains("GRADSYNC_STALL_WARN must be a positive"), gs::error);
   REQUIRE(unsetenv("GRADSYNC_STALL_WARN") == 0);
 }
+
+namespace {
+/// transport::local with its messages counted: those of header agreements (the
+/// consistency tags, bit 0x4000) and the rest.
+class counting {
+ public:
+  static constexpr std::string_view name = "counting";
+  static constexpr gs::memory_space memory = local::memory;
+  static constexpr bool peer_access = false;
+  static constexpr bool native_allreduce = false;
+  using request = local::request;
+
+  explicit counting(local& t) : t_(t) {}
+  std::size_t rank() const { return t_.rank(); }
+  std::size_t size() const { return t_.size(); }
+  request isend(std::size_t peer, const void* p, std::size_t bytes, std::uint32_t tag) {
+    ++(tag == gs::consistency_tag(tag) ? headers : data);
+    return t_.isend(peer, p, bytes, tag);
+  }
+  request irecv(std::size_t peer, void* p, std::size_t bytes, std::uint32_t tag) {
+    return t_.irecv(peer, p, bytes, tag);
+  }
+  void wait(request& r, gs::deadline d) { t_.wait(r, d); }
+  std::uint64_t next_seq() { return t_.next_seq(); }
+  void enter_call(std::uint64_t seq, const gs::call_note& note) {
+    gs::detail::enter_call(t_, seq, note);
+  }
+  gs::workspace& scratch() { return t_.scratch(); }
+  auto executor() const { return t_.executor(); }
+
+  std::size_t headers = 0, data = 0;  // messages sent
+
+ private:
+  local& t_;
+};
+}  // namespace
+
+TEST_CASE("a step of a 50-bucket plan agrees its headers once: ceil(log2 n) messages") {
+  gs::testbed::watchdog wd(60, "step agreement");
+  constexpr std::size_t ranks = 4, tensors = 50;
+  std::vector<std::size_t> step_headers(ranks), list_headers(ranks), wrong(ranks, 1);
+  gs::transport::run_local(ranks, [&](local& lt) {
+    counting t(lt);
+    // 4 KiB tensors in 4 KiB buckets: one bucket per tensor. Ring checks no headers itself.
+    gs::allreducer<counting, gs::algo::ring, gs::fusion::bucket<4096>> ar(t);
+    std::vector<std::vector<float>> v(tensors, std::vector<float>(1024));
+    std::vector<std::span<float>> ts(v.begin(), v.end());
+    for (auto& s : ts) ar.add(s);
+    ar.commit(gs::op::sum);
+    REQUIRE(ar.plan().buckets.size() == tensors);
+    const std::vector<std::size_t> first = firsts(std::vector<std::size_t>(tensors, 1024));
+    std::size_t w = 0;
+    const std::size_t h0 = t.headers;
+    for (int step = 0; step < 3; ++step) {
+      fill_model(ts, gs::reduce_op::sum, t.rank(), ranks, first);
+      for (std::size_t i = tensors; i-- > 0;) ar.ready(i);
+      ar.wait();
+      w += wrong_model(ts, gs::reduce_op::sum, ranks, first);
+    }
+    step_headers[t.rank()] = t.headers - h0;
+    // A grouped call of the same tensors still agrees each bucket's header.
+    const std::size_t h1 = t.headers;
+    fill_model(ts, gs::reduce_op::sum, t.rank(), ranks, first);
+    ar.allreduce(ts, gs::op::sum);
+    w += wrong_model(ts, gs::reduce_op::sum, ranks, first);
+    list_headers[t.rank()] = t.headers - h1;
+    wrong[t.rank()] = w;
+  });
+  for (std::size_t r = 0; r < ranks; ++r) {
+    CAPTURE(r);
+    CHECK(wrong[r] == 0);
+    CHECK(step_headers[r] == 3 * 2);  // 3 steps x ceil(log2 4) Bruck rounds
+    CHECK(list_headers[r] == tensors * 2);
+  }
+}
+
+TEST_CASE("steps of two allreducers in a different order on two ranks: mismatch naming the plans") {
+  gs::testbed::watchdog wd(60, "step order");
+  std::vector<std::string> what(2);
+  gs::transport::run_local(2, [&](local& t) {
+    gs::call_options o;
+    o.timeout = gs::seconds_d(20);
+    gs::allreducer_options ao;
+    ao.call = o;
+    using ar_t = gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<4096>>;
+    ar_t a(t, ao), b(t, ao);
+    std::vector<float> x(1024, 1.0f), y(2048, 1.0f);
+    a.add(std::span<float>(x));
+    b.add(std::span<float>(y));
+    a.commit(gs::op::sum);
+    b.commit(gs::op::sum);
+    ar_t& first = t.rank() == 0 ? a : b;
+    try {
+      first.ready(0);
+      first.wait();
+    } catch (const gs::error& e) {
+      CHECK(e.code() == gs::errc::mismatch);
+      what[t.rank()] = e.what();
+    }
+  });
+  for (const auto& w : what) {
+    CAPTURE(w);
+    CHECK(w.find("the ranks run steps of different plans") != std::string::npos);
+    CHECK(w.find("step 0 of plan ") != std::string::npos);
+  }
+}

@@ -38,6 +38,15 @@ inline call_header header_of(std::uint64_t seq, const call_note& note, std::stri
   return call_header::make(seq, note.count, note.type, note.op, algo, flags, root);
 }
 
+/// The algorithm field of an allreducer step's header (call_header::step_of_plan):
+/// "plan " and the first 12 hex digits of the committed plan's digest.
+inline std::string plan_name(std::uint64_t digest) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string s = "plan ";
+  for (int i = 15; i >= 4; --i) s += hex[(digest >> (4 * i)) & 0xf];
+  return s;
+}
+
 /// How a one-buffer call names its buffer in a non-finite finding.
 struct its_input_t {
   std::string operator()(std::size_t) const { return "its input"; }
@@ -189,9 +198,8 @@ class level_frame {
                   in_c_.until, its_input);
   }
   /// Shares this rank's finding inside the node, then across the nodes.
-  static void share_finding(levels& t, In& in, Out& out, const finite_finding& mine,
-                            deadline until, function_ref<std::string(std::size_t)> name,
-                            std::size_t tensors = 1) {
+  static void share_finding(levels& t, In& in, Out& out, const finite_finding& mine, deadline until,
+                            function_ref<std::string(std::size_t)> name, std::size_t tensors = 1) {
     gradsync::agree_finite(t, in, out, mine, until, name, tensors);
   }
   void mark_checked() const {
@@ -200,8 +208,7 @@ class level_frame {
   /// call_options::verify over both levels (check/two_levels.hpp).
   void verify(const void* data, std::size_t bytes) const {
     if (opt_.verify) {
-      verify_two_levels(t_, in_, out_, in_c_.seq, out_c_.seq, data, bytes, in_c_.until,
-                        note_.kind);
+      verify_two_levels(t_, in_, out_, in_c_.seq, out_c_.seq, data, bytes, in_c_.until, note_.kind);
     }
   }
   /// Runs the call's body: a failure is recorded and relayed to the other level; a

@@ -31,13 +31,16 @@ struct call_header {
   std::uint32_t magic = magic_value;
   std::uint8_t type = 0;    // dtype
   std::uint8_t op = 0;      // reduce_op
-  std::uint16_t flags = 0;  // finite_checked: the call checks its inputs (check_finite)
+  std::uint16_t flags = 0;  // finite_checked, step_of_plan
   std::uint64_t seq = 0;
   std::uint64_t count = 0;
   std::array<char, 20> algo{};  // algorithm name, NUL-padded (19 characters kept)
   std::uint32_t root = 0;       // broadcast's root (0 for the other collectives)
 
-  static constexpr std::uint16_t finite_checked = 1;
+  static constexpr std::uint16_t finite_checked = 1;  ///< the call checks its inputs (check_finite)
+  /// The start of an allreducer's step: count is the step's number, algo "plan " and the
+  /// committed plan's digest; the step's buckets state no headers of their own.
+  static constexpr std::uint16_t step_of_plan = 2;
 
   static call_header make(std::uint64_t seq, std::size_t count, dtype t, reduce_op o,
                           std::string_view algo_name, std::uint16_t flags = 0,

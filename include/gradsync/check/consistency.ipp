@@ -8,6 +8,11 @@
 namespace gradsync::detail {
 
 GRADSYNC_DECL std::string describe(const call_header& h) {
+  if (h.flags & call_header::step_of_plan) {
+    return "seq=" + std::to_string(h.seq) + " step " + std::to_string(h.count) + " of " +
+           h.algo_name() + " op=" + std::string(op_name(static_cast<reduce_op>(h.op))) +
+           (h.flags & call_header::finite_checked ? " check_finite" : "");
+  }
   return "seq=" + std::to_string(h.seq) + " count=" + std::to_string(h.count) +
          " type=" + std::string(dtype_name(static_cast<dtype>(h.type))) +
          " op=" + std::string(op_name(static_cast<reduce_op>(h.op))) + " algo=" + h.algo_name() +
@@ -20,6 +25,22 @@ GRADSYNC_DECL std::string first_difference(const call_header& a, const call_head
   if (a.seq != b.seq)
     return "sequence number " + std::to_string(a.seq) + " vs " + std::to_string(b.seq) +
            " (ranks have made a different number of calls)";
+  if ((a.flags ^ b.flags) & call_header::step_of_plan) {
+    auto kind = [](const call_header& h) {
+      return h.flags & call_header::step_of_plan ? "the start of an allreducer step"
+                                                 : "a collective call";
+    };
+    return std::string("the kind of call: ") + kind(a) + " vs " + kind(b) +
+           " (allreducer steps, grouped calls and free collectives must come in the same order "
+           "on every rank)";
+  }
+  if (a.flags & call_header::step_of_plan) {
+    if (a.algo != b.algo)
+      return "the allreducer (" + a.algo_name() + " vs " + b.algo_name() +
+             "): the ranks run steps of different plans";
+    if (a.count != b.count)
+      return "step number " + std::to_string(a.count) + " vs " + std::to_string(b.count);
+  }
   if (a.count != b.count)
     return "count " + std::to_string(a.count) + " vs " + std::to_string(b.count);
   if (a.type != b.type)

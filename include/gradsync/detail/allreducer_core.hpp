@@ -22,6 +22,7 @@
 
 #include "gradsync/allreducer_options.hpp"
 #include "gradsync/config.hpp"
+#include "gradsync/check/call_frame.hpp"
 #include "gradsync/check/finite.hpp"
 #include "gradsync/core/async.hpp"
 #include "gradsync/core/call.hpp"
@@ -102,7 +103,7 @@ class allreducer_core {
     bg_.drain();
     reg_.commit(t, opt_.make_deadline(), op_name(op),
                 [&](std::size_t i) { refuse_unlisted(i, table, op, listed); });
-    committed(table);
+    committed(table, op);
   }
 
   // The step of registered tensors (allreducer.hpp documents each).
@@ -133,7 +134,7 @@ class allreducer_core {
   // `table` has no step for its type, and what a new plan resets.
   GRADSYNC_DECL void refuse_unlisted(std::size_t i, const step_table& table, reduce_op op,
                                      bool (*listed)(dtype)) const;
-  GRADSYNC_DECL void committed(const step_table& table);
+  GRADSYNC_DECL void committed(const step_table& table, reduce_op op);
 
   // ---- batches: made here, run bucket by bucket on whatever thread posts them ------------
 
@@ -175,6 +176,9 @@ class allreducer_core {
   std::vector<std::string> bucket_labels_;  // bucket_labels(plan), set by commit()
   std::string list_label_;                  // a grouped call's bucket, while it runs
   step_table step_steps_{};                 // the registered plan's steps
+  reduce_op step_op_ = reduce_op::sum;      // and their op
+  std::string plan_name_;                   // plan_name(digest): the steps' header
+  std::uint64_t steps_ = 0;                 // steps started (the next step's number)
   progress_thread bg_;
   std::shared_ptr<batch> step_;  // the current step of registered tensors
   detail::step_gate gate_;

@@ -72,11 +72,13 @@ GRADSYNC_DECL void allreducer_core::refuse_unlisted(std::size_t i, const step_ta
   }
 }
 
-GRADSYNC_DECL void allreducer_core::committed(const step_table& table) {
+GRADSYNC_DECL void allreducer_core::committed(const step_table& table, reduce_op op) {
   plan_chosen_ = runner_->choices(reg_.plan());  // the same for every step of this plan
   bucket_labels_ = detail::bucket_labels(reg_.plan(), [&](std::size_t i) { return reg_.label(i); });
   codec_state_.assign(reg_.plan().buckets.size(), nullptr);  // a new plan starts codecs afresh
   step_steps_ = table;
+  step_op_ = op;
+  plan_name_ = plan_name(reg_.plan().digest);  // the flight recorder keeps a view of it
 }
 
 GRADSYNC_DECL void allreducer_core::ready(std::size_t i) {
@@ -197,6 +199,7 @@ GRADSYNC_DECL std::shared_ptr<batch> allreducer_core::make_step_batch() {
   b->layout = reg_.layout();
   b->packed = !reg_.zero_copy();
   b->registered = true;
+  b->step = steps_++;
   b->steps = step_steps_;
   init_batch(*b, plan_chosen_);
   return b;
@@ -261,11 +264,6 @@ GRADSYNC_DECL void allreducer_core::bucket_body(batch& b, std::size_t k, observe
     runner_->event(name, tr, c0, c1, [&] { return "\"bucket\":" + std::to_string(k); });
     b.stats.pack_seconds += std::chrono::duration<double>(c1 - c0).count();
   };
-  if (opt_.check_finite && is_floating_dtype(bk.type)) {
-    check_finite(b, k, copy);
-  } else if (b.copies(k)) {
-    copy("pack", [&] { b.pack(k); });
-  }
   if (b.registered) {
     runner_->set_label(bucket_labels_[k]);
   } else {
@@ -274,14 +272,30 @@ GRADSYNC_DECL void allreducer_core::bucket_body(batch& b, std::size_t k, observe
     list_label_ += " of a grouped call";
     runner_->set_label(list_label_);
   }
+  // A step's buckets launch in plan order on every rank: one agreement as it starts
+  // covers them all (grouped calls agree per bucket).
+  steady::duration agreeing{};  // counts as the bucket's collective (time, stalls)
+  if (b.registered && k == 0) {
+    const auto a0 = steady::now();
+    runner_->agree_step(b.step, plan_name_, step_op_, opt_.check_finite);
+    const auto a1 = steady::now();
+    agreeing = a1 - a0;
+    runner_->event("agree_step", tr, a0, a1, [&] { return "\"step\":" + std::to_string(b.step); });
+  }
+  runner_->set_header_check(!b.registered);
+  if (opt_.check_finite && is_floating_dtype(bk.type)) {
+    check_finite(b, k, copy);
+  } else if (b.copies(k)) {
+    copy("pack", [&] { b.pack(k); });
+  }
   const auto t0 = steady::now();
   const std::size_t wire0 = b.stats.bytes_wire, encoded0 = b.stats.bytes_encoded;
   runner_->run(
       b.steps, bk.type, b.bucket_data(k), bk.count, b.registered ? &codec_state_[k] : nullptr,
       b.registered ? reg_.parts(k) : std::span<const compress::tensor_part>(), tr, b.stats);
   const auto t1 = steady::now();
-  b.stats.seconds += std::chrono::duration<double>(t1 - t0).count();
-  if (t1 - t0 > stall_) ++b.stats.stalls;
+  b.stats.seconds += std::chrono::duration<double>(t1 - t0 + agreeing).count();
+  if (t1 - t0 + agreeing > stall_) ++b.stats.stalls;
   b.stats.per_bucket[k] = {bk.bytes(), b.stats.bytes_encoded - encoded0,
                            b.stats.bytes_wire - wire0};
   runner_->event("allreduce", tr, t0, t1, [&] {

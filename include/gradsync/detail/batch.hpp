@@ -31,6 +31,7 @@ struct batch {
   std::shared_ptr<fusion::arena> staging;  // grouped calls: borrowed from the pool
   bool packed = true;       // false: the tensors live in the layout (zero-copy arena)
   bool registered = false;  // the registered plan's step: codecs keep state per bucket
+  std::uint64_t step = 0;   // registered: the step's number (agreed before bucket 0)
   bucket_runner_base::step_table steps{};  // the element-type steps
   std::shared_ptr<completion> done;        // what the operation's handles wait on
   std::atomic<std::size_t> jobs_left{0};

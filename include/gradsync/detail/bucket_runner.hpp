@@ -63,6 +63,24 @@ class bucket_runner final : public bucket_runner_base {
     }
   }
 
+  void agree_step(std::uint64_t step, std::string_view plan, reduce_op op, bool finite) override {
+    if (!header_check_) return;
+    call_options o = opt_;
+    o.check = true;
+    const call_note note{"allreducer step", plan, dtype::f32, op, step, opt_.label};
+    const std::uint16_t flags =
+        call_header::step_of_plan | (finite ? call_header::finite_checked : 0);
+    if constexpr (transport::is_two_level_v<Transport>) {
+      const own_level_frame<typename Transport::intra_type, typename Transport::inter_type> f(
+          t_, t_.intra(), t_.inter(), o, note, "allreducer step inside the node",
+          "allreducer step across nodes");
+      f.run([&] { f.agree(plan, flags); });
+    } else {
+      const call_frame<Transport> f(t_, o, note);
+      f.run([&] { f.agree(f.header(flags)); });
+    }
+  }
+
   std::string describe_self() const override {
     if constexpr (transport::is_two_level_v<Transport>) {
       return t_.describe_self();

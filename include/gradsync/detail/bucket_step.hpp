@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -51,6 +52,9 @@ class bucket_runner_base {
   /// Names the bucket the next run() is for, in stall warnings and the flight recorder
   /// (the text must outlive the run).
   void set_label(std::string_view label) { opt_.label = label; }
+  /// Whether the next run()s agree their call headers (when call_options::check is on):
+  /// grouped calls do; a step's buckets do not, agree_step covered them.
+  void set_header_check(bool on) { opt_.check = on && header_check_; }
 
   /// A timeline event whose arguments (a JSON object body from `args()`) are only built
   /// when the timeline is on.
@@ -65,6 +69,11 @@ class bucket_runner_base {
   /// peer's finding naming another is errc::mismatch).
   virtual void share_finding(const finite_finding& mine, std::size_t tensors,
                              function_ref<std::string(std::size_t)> name) = 0;
+  /// Agrees the start of step `step` of the committed plan (`plan`: plan_name of its
+  /// digest, text that outlives the allreducer's calls; op `op`; check_finite `finite`)
+  /// with every rank, once per step: with the plan agreed at commit() and the buckets
+  /// launched in plan order, it covers every bucket's header.
+  virtual void agree_step(std::uint64_t step, std::string_view plan, reduce_op op, bool finite) = 0;
   /// How this rank names itself in those findings.
   virtual std::string describe_self() const = 0;
   /// "direct_one_shot x1, direct_two_shot x4" when the algorithm chooses per bucket (as
@@ -90,7 +99,7 @@ class bucket_runner_base {
   /// The collectives run with `opt`, but for check_finite: the allreducer checks a
   /// bucket's tensors itself (in its pack pass) and calls share_finding.
   bucket_runner_base(const call_options& opt, observe::timeline& tl)
-      : opt_(without_finite(opt)), tl_(tl) {}
+      : opt_(without_finite(opt)), tl_(tl), header_check_(opt.check) {}
   ~bucket_runner_base() = default;
 
   /// "direct_one_shot x1, direct_two_shot x4": how many buckets of `p` get each name
@@ -115,8 +124,9 @@ class bucket_runner_base {
     return out;
   }
 
-  call_options opt_;  // label: the bucket being run (set_label)
+  call_options opt_;  // label: the bucket being run (set_label); check: set_header_check
   observe::timeline& tl_;
+  const bool header_check_;  // the user's call_options::check
 
  private:
   static call_options without_finite(call_options o) {
