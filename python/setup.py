@@ -51,7 +51,7 @@ build_dir = os.environ.get("GRADSYNC_TORCH_BUILD_DIR")
 
 setup(
     name="gradsync_torch",
-    version="0.1.0",
+    version="0.2.0",
     description="The 'gradsync' backend of torch.distributed (gradsync over shm and MPI)",
     license="Apache-2.0",
     packages=["gradsync_torch"],

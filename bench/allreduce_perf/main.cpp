@@ -51,7 +51,8 @@ void print_banner(const gb::options& o, std::size_t ranks, const char* mode) {
   const std::time_t now = std::time(nullptr);
   char when[64];
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
-  std::printf("# allreduce_perf (gradsync %s)  %s  host %s  %s\n", "0.1", when, host, mode);
+  std::printf("# allreduce_perf (gradsync %s)  %s  host %s  %s\n", GRADSYNC_VERSION_STRING, when,
+              host, mode);
   gb::print_build_note();
   std::printf(
       "# ranks %zu  type %s  op %s  sizes %zu..%zu x%g  iters %zu (iter-bytes %zu)  "

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
-#include <gradsync/transport/two_level_mpi.hpp>
+#include <gradsync/transport/two_level/from_mpi.hpp>
 
 namespace gs = gradsync;
 

@@ -27,7 +27,7 @@ LAYERS = [
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 # Deprecated folders: their headers only forward.
-FORWARD_ONLY = {'algorithm', 'compression'}
+FORWARD_ONLY = set()  # none since 0.2.0 (algorithm/ and compression/ were removed)
 
 
 def layer(rel):

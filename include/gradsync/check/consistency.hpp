@@ -20,7 +20,7 @@
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
-#include "gradsync/transport/allgather.hpp"
+#include "gradsync/transport/bruck_exchange.hpp"
 #include "gradsync/transport/concept.hpp"
 
 namespace gradsync {

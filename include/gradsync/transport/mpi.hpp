@@ -60,7 +60,7 @@
 #include "gradsync/core/op.hpp"
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
-#include "gradsync/transport/allgather.hpp"
+#include "gradsync/transport/bruck_exchange.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/mpi/link.hpp"
 #include "gradsync/transport/mpi/node.hpp"

@@ -63,7 +63,7 @@
 #include "gradsync/core/log.hpp"
 #include "gradsync/core/workspace.hpp"
 #include "gradsync/kernels/host.hpp"
-#include "gradsync/transport/allgather.hpp"
+#include "gradsync/transport/bruck_exchange.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/shm/heap.hpp"
 #include "gradsync/transport/shm/launch.hpp"

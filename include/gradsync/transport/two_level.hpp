@@ -35,7 +35,7 @@
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
-#include "gradsync/transport/allgather.hpp"
+#include "gradsync/transport/bruck_exchange.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/split.hpp"
 #include "gradsync/transport/two_level/split.hpp"
@@ -220,7 +220,7 @@ class two_level {
 
  private:
   // Every rank's v over group t (rank order): one small allgather
-  // (transport/allgather.hpp), since a transport sits below the algorithms.
+  // (transport/bruck_exchange.hpp), since a transport sits below the algorithms.
   template <class Tr>
   static std::vector<std::uint64_t> gather(Tr& t, std::uint64_t v) {
     std::vector<std::uint64_t> all;

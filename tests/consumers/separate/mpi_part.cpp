@@ -12,7 +12,7 @@
 
 #include <gradsync/gradsync.hpp>
 #include <gradsync/transport/mpi.hpp>
-#include <gradsync/transport/two_level_mpi.hpp>
+#include <gradsync/transport/two_level/from_mpi.hpp>
 
 #include "parts.hpp"
 

@@ -1,5 +1,0 @@
-// SPDX-License-Identifier: Apache-2.0
-// Deprecated path (gradsync 0.1; goes in 0.2): use gradsync/algo/ring.hpp.
-#pragma once
-
-#include "gradsync/algo/ring.hpp"  // gradsync: forwarding header
