@@ -103,19 +103,17 @@ class allreducer {
   /// Borrows `t`, with the deadline, progress thread, timeline, bucket cap and metrics of `o`.
   allreducer(Transport& t, allreducer_options o)
       : t_(t),
+        shared_(t, o),
+        runner_(t, shared_),
         core_(t, o, {Transport::name, Algorithm::name, Fusion::name, Compression::name},
-              fusion::values_of<Fusion>()),
-        runner_(t, core_.options(), core_.timeline(), core_.pool()) {
-    core_.attach(runner_);
+              fusion::values_of<Fusion>(), shared_, runner_) {
     if (o.background_thread) detail::check_thread_level(t);
   }
   allreducer(const allreducer&) = delete;
   allreducer& operator=(const allreducer&) = delete;
-
-  /// Joins the progress thread: work not yet started is failed (its handles report it),
-  /// the running collective finishes or hits its deadline. Then writes the timeline and
-  /// the metrics file.
-  ~allreducer() { core_.shutdown(); }
+  // The destructor joins the progress thread (the core goes first: work not yet started
+  // is failed, its handles report it; the running collective finishes or hits its
+  // deadline), then writes the timeline and the metrics file.
 
   // ---- one tensor, and grouped lists -------------------------------------------------
 
@@ -272,8 +270,10 @@ class allreducer {
   }
 
   Transport& t_;
-  detail::allreducer_core core_;  // everything the policies do not change
-  runner runner_;                 // after core_: it borrows the core's options and pool
+  detail::allreducer_shared shared_;  // options, timeline, staging pool: used by both below
+  runner runner_;                     // a bucket's collective, for these policies
+  detail::allreducer_core core_;      // everything the policies do not change; last, so that
+                                      // it is destroyed first, joining its progress thread
 };
 
 }  // namespace gradsync

@@ -63,28 +63,23 @@ class allreducer_core {
  public:
   using step_table = bucket_runner_base::step_table;
 
-  /// Over transport `t` (borrowed; it must outlive the core). The runner is attached
-  /// after construction (it needs options(), timeline() and pool()).
+  /// Over transport `t` (borrowed; it must outlive the core), with the allreducer's
+  /// shared state and the runner of its buckets (both made first; they must outlive the
+  /// core, whose destructor joins the progress thread that uses them).
   template <class Tr>
   allreducer_core(Tr& t, const allreducer_options& o, composition_names names,
-                  fusion::policy_values fusion)
-      : allreducer_core(t.rank(), t.size(), o, names, fusion, &t, staging_pool::placer<Tr>()) {}
+                  fusion::policy_values fusion, allreducer_shared& shared,
+                  bucket_runner_base& runner)
+      : allreducer_core(t.rank(), t.size(), o, names, fusion, shared, runner) {}
   allreducer_core(const allreducer_core&) = delete;
   allreducer_core& operator=(const allreducer_core&) = delete;
-  GRADSYNC_DECL ~allreducer_core();
-
-  /// The runner of the composition's buckets; before any call is made.
-  void attach(bucket_runner_base& r) { runner_ = &r; }
-
   /// Joins the progress thread: work not yet started is failed (its handles report it),
   /// the running collective finishes or hits its deadline. Then writes the timeline and
-  /// the metrics file. Once; the allreducer calls it before its runner goes away.
-  GRADSYNC_DECL void shutdown();
+  /// the metrics file.
+  GRADSYNC_DECL ~allreducer_core();
 
   const call_options& options() const { return opt_; }
-  observe::timeline& timeline() { return tl_; }
   const observe::timeline& timeline() const { return tl_; }
-  staging_pool& pool() { return pool_; }
   tensor_registry& registry() { return reg_; }
   const tensor_registry& registry() const { return reg_; }
   error_site site() const { return {rank_, error_site::npos, ~std::uint64_t{0}}; }
@@ -120,15 +115,8 @@ class allreducer_core {
 
  private:
   GRADSYNC_DECL allreducer_core(std::size_t rank, std::size_t size, const allreducer_options& o,
-                                composition_names names, fusion::policy_values fusion, void* t,
-                                staging_pool::place_fn place);
-
-  // The options of every collective: the user's, recorded by this allreducer's recorder
-  // unless they name their own.
-  static call_options recorded_options(call_options o, gradsync::flight_recorder* r) {
-    if (!o.recorder) o.recorder = r;
-    return o;
-  }
+                                composition_names names, fusion::policy_values fusion,
+                                allreducer_shared& shared, bucket_runner_base& runner);
 
   // commit()'s parts that do not depend on the transport: the refusal of tensor i when
   // `table` has no step for its type, and what a new plan resets.
@@ -161,14 +149,13 @@ class allreducer_core {
 
   std::size_t rank_, size_;
   composition_names names_;
-  std::unique_ptr<gradsync::flight_recorder> recorder_;  // the last calls, for failures
-  call_options opt_;
-  observe::timeline tl_;
+  const call_options& opt_;  // the shared state's (allreducer_shared)
+  observe::timeline& tl_;
   detail::call_ledger ledger_;
   tensor_registry reg_;
-  staging_pool pool_;
-  bucket_runner_base* runner_ = nullptr;  // attach()
-  seconds_d stall_;                       // a collective this long is a stall
+  staging_pool& pool_;
+  bucket_runner_base* runner_;
+  seconds_d stall_;  // a collective this long is a stall
   // The codec's state of each bucket of the plan (error-feedback residuals), made on
   // first use; only the job running bucket k touches slot k.
   std::vector<std::shared_ptr<void>> codec_state_;
@@ -184,7 +171,6 @@ class allreducer_core {
   detail::step_gate gate_;
   enum class step_phase { idle, open, closed };  // closed: by allreduce_async, not waited
   step_phase phase_ = step_phase::idle;
-  bool shut_ = false;  // shutdown() ran
 };
 
 }  // namespace gradsync::detail

@@ -30,12 +30,6 @@ GRADSYNC_DECL std::vector<std::string> bucket_labels(const fusion::plan& p,
 }
 
 GRADSYNC_DECL allreducer_core::~allreducer_core() {
-  shutdown();
-}
-
-GRADSYNC_DECL void allreducer_core::shutdown() {
-  if (shut_) return;
-  shut_ = true;
   bg_.stop();
   if (step_ && gate_.next() < reg_.plan().buckets.size()) {
     auto e = std::make_exception_ptr(
@@ -130,21 +124,21 @@ GRADSYNC_DECL std::string allreducer_core::summary() const {
 
 GRADSYNC_DECL allreducer_core::allreducer_core(std::size_t rank, std::size_t size,
                                                const allreducer_options& o, composition_names names,
-                                               fusion::policy_values fusion, void* t,
-                                               staging_pool::place_fn place)
+                                               fusion::policy_values fusion,
+                                               allreducer_shared& shared,
+                                               bucket_runner_base& runner)
     : rank_(rank),
       size_(size),
       names_(names),
-      recorder_(
-          std::make_unique<gradsync::flight_recorder>(o.flight_recorder, rank, o.flight_depth)),
-      opt_(recorded_options(o.call, recorder_.get())),
-      tl_(o.timeline, rank),
+      opt_(shared.options),
+      tl_(shared.timeline),
       ledger_(rank, size, o.metrics, o.metrics_job, o.metrics_job_id,
               "transport=\"" + std::string(names.transport) + "\",algorithm=\"" +
                   std::string(names.algorithm) + "\",fusion=\"" + std::string(names.fusion) +
                   "\",compression=\"" + std::string(names.compression) + "\""),
       reg_(rank, fusion, o.bucket_bytes),
-      pool_(t, place),
+      pool_(shared.pool),
+      runner_(&runner),
       stall_(stall_threshold(opt_.resolved_timeout())),
       bg_(o.background_thread, o.progress_nice) {
   log(log_level::info, rank,

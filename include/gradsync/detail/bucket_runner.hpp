@@ -47,8 +47,9 @@ class bucket_runner final : public bucket_runner_base {
   using steady = std::chrono::steady_clock;
 
  public:
-  bucket_runner(Transport& t, const call_options& opt, observe::timeline& tl, staging_pool& pool)
-      : bucket_runner_base(opt, tl), t_(t), pool_(pool) {}
+  /// Over `t`, with the allreducer's shared state (it must outlive the runner).
+  bucket_runner(Transport& t, allreducer_shared& s)
+      : bucket_runner_base(s.options, s.timeline), t_(t), pool_(s.pool) {}
 
   void share_finding(const finite_finding& mine, std::size_t tensors,
                      function_ref<std::string(std::size_t)> name) override {

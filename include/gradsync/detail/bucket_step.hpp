@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the allreducer's shared part (allreducer_core) asks of the policy-typed part that
 // runs a bucket's collective (bucket_runner<Transport, Algorithm, Compression>): a table
-// of steps by element type, plain function pointers, and four virtual calls. So the
+// of steps by element type, plain function pointers, and a few virtual calls. So the
 // code that orders buckets, packs them and keeps statistics is compiled once per
-// program instead of once per composition of policies.
+// program instead of once per composition of policies. And what the two parts share
+// (allreducer_shared), made before either: the allreducer builds the shared state, then
+// the runner, then the core, which it hands the runner.
 #pragma once
 
 #include <algorithm>
@@ -18,17 +20,46 @@
 #include <utility>
 #include <vector>
 
+#include "gradsync/allreducer_options.hpp"
 #include "gradsync/check/finite.hpp"
 #include "gradsync/compress/concept.hpp"
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/dtype.hpp"
+#include "gradsync/core/flight_recorder.hpp"
 #include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/detail/staging_pool.hpp"
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/observe/stats.hpp"
 #include "gradsync/observe/timeline.hpp"
 
 namespace gradsync::detail {
+
+/// What both parts of an allreducer use: the options of every collective (recorded by
+/// the allreducer's flight recorder unless they name their own), its timeline and its
+/// pool of staging arenas over the transport.
+struct allreducer_shared {
+  /// Over transport `t` (borrowed; it must outlive the allreducer).
+  template <class Tr>
+  allreducer_shared(Tr& t, const allreducer_options& o)
+      : recorder(std::make_unique<flight_recorder>(o.flight_recorder, t.rank(), o.flight_depth)),
+        options(recorded(o.call, recorder.get())),
+        timeline(o.timeline, t.rank()),
+        pool(&t, staging_pool::placer<Tr>()) {}
+  allreducer_shared(const allreducer_shared&) = delete;
+  allreducer_shared& operator=(const allreducer_shared&) = delete;
+
+  std::unique_ptr<flight_recorder> recorder;  // the last calls, written when one fails
+  call_options options;
+  observe::timeline timeline;
+  staging_pool pool;
+
+ private:
+  static call_options recorded(call_options o, flight_recorder* r) {
+    if (!o.recorder) o.recorder = r;
+    return o;
+  }
+};
 
 class bucket_runner_base {
  public:
