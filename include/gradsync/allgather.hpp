@@ -59,17 +59,19 @@ std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std:
     const call_header h = f.header();
     if constexpr (has_direct_collectives<Tr>) {  // its header round is the agreement
       sent = algo::allgather_direct::run(t, in, out, h, ctx);
-      return;
-    }
-    f.agree(h);
-    if constexpr (has_native_allgather<Tr>) {
-      if (native) {
-        t.allgather_native(in.data(), out.data(), in.size(), ctx);
-        sent = (t.size() - 1) * in.size();
-        return;
+    } else {
+      f.agree(h);
+      bool done = false;
+      if constexpr (has_native_allgather<Tr>) {
+        if (native) {
+          t.allgather_native(in.data(), out.data(), in.size(), ctx);
+          sent = (t.size() - 1) * in.size();
+          done = true;
+        }
       }
+      if (!done) sent = algo::allgather_ring::run(t, in, out, ctx);
     }
-    sent = algo::allgather_ring::run(t, in, out, ctx);
+    f.verify(out.data(), out.size());  // every rank gathered the same bytes
   });
   return sent;
 }
@@ -228,6 +230,7 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
       if (stream) algo::detail::stream_fence();
       dc->close();
     }
+    f.verify(out.data(), out.size());  // every rank gathered the same bytes
   });
   return sent + sent_across;
 }

@@ -157,12 +157,13 @@ class local {
                                 });
     const auto& m = *r.msg_;
     if (st == 0 && m.size_mismatch.load()) {
+      // Read before the reset: it may free the message (m with it).
       const std::size_t mine = m.bytes, theirs = m.other_bytes;
+      const bool sent = m.is_send;
       r.msg_.reset();
       throw error(errc::mismatch, site(r.peer_),
-                  "message size differs: this rank " +
-                      std::string(m.is_send ? "sent " : "expected ") + std::to_string(mine) +
-                      " bytes, the peer " + (m.is_send ? "expected " : "sent ") +
+                  "message size differs: this rank " + std::string(sent ? "sent " : "expected ") +
+                      std::to_string(mine) + " bytes, the peer " + (sent ? "expected " : "sent ") +
                       std::to_string(theirs));
     }
     if (st == 0) {
