@@ -219,7 +219,8 @@ TEST_CASE("a corrupting peer: every rank errs or every rank holds the same resul
     const harm h = static_cast<harm>(pick() % 3);
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<outcome> got = trial(ranks, bad, victim, h, pick());
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (took > 1.0) {
       std::printf("slow trial %zu (%.1f s): rank %zu harms message %zu (%d)\n", i, took, bad,
                   victim, static_cast<int>(h));
@@ -250,7 +251,7 @@ TEST_CASE("a corrupting peer: every rank errs or every rank holds the same resul
     if (got[0].digests == clean[0].digests) {
       ++exact;
     } else if (got[0].wrong > 0) {
-      ++alike_wrong;  // a partial sum changed in flight, held alike by every rank
+      ++alike_wrong;                 // a partial sum changed in flight, held alike by every rank
       CHECK_FALSE(got[bad].header);  // a check's own message must never get this far
     } else {
       ++alike_lossy;  // a codec's bytes changed: a different (lossy) result, alike
