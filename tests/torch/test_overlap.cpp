@@ -77,11 +77,14 @@ TEST_CASE("buckets start while backward still runs") {
     REQUIRE(dp.steps() == 3);
     buckets[t.rank()] = dp.sync().plan().buckets.size();
     REQUIRE(dp.sync().timeline().write());
-    // The last step's first collective began before its last gradient was ready.
+    // The last step's first collective began before its last gradient was ready. A
+    // step's first bucket begins with the step's header agreement ("agree_step"), which
+    // waits for the peer as the bucket's allreduce did when it agreed its own header.
     const auto& st = dp.last_step();
     const double from = us_of(st.first_ready), last_ready = us_of(st.last_ready);
-    const std::vector<double> starts =
-        event_starts(gs::observe::timeline::path_for(trace, t.rank()), "allreduce");
+    const std::string path = gs::observe::timeline::path_for(trace, t.rank());
+    std::vector<double> starts = event_starts(path, "allreduce");
+    for (double ts : event_starts(path, "agree_step")) starts.push_back(ts);
     double first = -1;
     for (double ts : starts) {
       if (ts >= from && (first < 0 || ts < first)) first = ts;
