@@ -246,6 +246,20 @@ gs::error hostile_pair(Peer&& peer, Real&& real) {
 
 }  // namespace
 
+TEST_CASE("call header: a peer's algorithm bytes outside printable ASCII are escaped in messages") {
+  const gs::call_header mine =
+      gs::call_header::make(7, 100, gs::dtype::f32, gs::reduce_op::sum, "ring");
+  gs::call_header theirs = mine;
+  theirs.algo[1] = '\x01';
+  theirs.algo[2] = '\xff';
+  const std::string what = gs::detail::first_difference(mine, theirs);
+  CAPTURE(what);
+  CHECK(what == "algorithm ring vs r\\x01\\xffg");
+  // No NUL in the field: the name stops at its 20 bytes.
+  theirs.algo.fill('a');
+  CHECK(theirs.algo_name() == std::string(20, 'a'));
+}
+
 TEST_CASE("non-finite check: a peer's finding without a NUL, or naming no tensor, is a mismatch") {
   struct forged {
     gs::finite_finding f;

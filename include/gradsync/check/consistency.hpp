@@ -55,8 +55,22 @@ struct call_header {
     std::memcpy(h.algo.data(), algo_name.data(), std::min(algo_name.size(), h.algo.size() - 1));
     return h;
   }
+  /// The algorithm field up to its NUL, as messages print it: a peer's bytes, so those
+  /// outside printable ASCII are written \xHH.
   std::string algo_name() const {
-    return std::string(algo.data(), strnlen(algo.data(), algo.size()));
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string s;
+    for (std::size_t i = 0; i < algo.size() && algo[i] != '\0'; ++i) {
+      const auto c = static_cast<unsigned char>(algo[i]);
+      if (c >= 0x20 && c < 0x7f) {
+        s += static_cast<char>(c);
+      } else {
+        s += "\\x";
+        s += hex[c >> 4];
+        s += hex[c & 0xf];
+      }
+    }
+    return s;
   }
 };
 static_assert(sizeof(call_header) == 48);
