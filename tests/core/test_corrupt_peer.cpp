@@ -23,6 +23,7 @@
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 
+#include "forwarding.hpp"
 #include "watchdog.hpp"
 
 namespace gs = gradsync;
@@ -36,23 +37,18 @@ enum class harm { flip, truncate, replay };
 /// Tr whose `victim`-th sent message (counted from construction) is harmed; the others
 /// pass unchanged.
 template <class Tr>
-class corrupting {
- public:
-  static constexpr std::string_view name = "corrupting";
-  static constexpr gs::memory_space memory = Tr::memory;
-  static constexpr bool peer_access = false;
-  static constexpr bool native_allreduce = false;
+class corrupting : public gs::testbed::forwarding<Tr> {
+  using gs::testbed::forwarding<Tr>::t_;
 
+ public:
   struct request {
     typename Tr::request inner;
     std::shared_ptr<std::vector<std::byte>> held;  // the harmed bytes, until the send is done
   };
 
   corrupting(Tr& t, std::size_t victim, harm h, std::uint64_t seed)
-      : t_(t), victim_(victim), harm_(h), rng_(seed) {}
+      : gs::testbed::forwarding<Tr>(t), victim_(victim), harm_(h), rng_(seed) {}
 
-  std::size_t rank() const { return t_.rank(); }
-  std::size_t size() const { return t_.size(); }
   request isend(std::size_t peer, const void* p, std::size_t bytes, std::uint32_t tag) {
     const auto* b = static_cast<const std::byte*>(p);
     const std::size_t k = sent_++;
@@ -83,19 +79,12 @@ class corrupting {
     return {t_.irecv(peer, p, bytes, tag), nullptr};
   }
   void wait(request& r, gs::deadline d) { t_.wait(r.inner, d); }
-  std::uint64_t next_seq() { return t_.next_seq(); }
-  void enter_call(std::uint64_t seq, const gs::call_note& note) {
-    gs::detail::enter_call(t_, seq, note);
-  }
-  gs::workspace& scratch() { return t_.scratch(); }
-  auto executor() const { return t_.executor(); }
 
   std::size_t sent() const { return sent_; }
   bool hit() const { return hit_; }        // the victim message was harmed
   bool header() const { return header_; }  // and it was a check's message (consistency tag)
 
  private:
-  Tr& t_;
   std::size_t victim_, sent_ = 0;
   harm harm_;
   std::mt19937_64 rng_;

@@ -13,6 +13,7 @@
 
 #include <gradsync/gradsync.hpp>
 
+#include "forwarding.hpp"
 #include "fusion_helpers.hpp"
 #include "json_check.hpp"
 #include "watchdog.hpp"
@@ -272,17 +273,11 @@ TEST_CASE("metrics: a collective longer than GRADSYNC_STALL_WARN counts as a sta
 namespace {
 /// transport::local with its messages counted: those of header agreements (the
 /// consistency tags, bit 0x4000) and the rest.
-class counting {
+class counting : public gs::testbed::forwarding<local> {
  public:
-  static constexpr std::string_view name = "counting";
-  static constexpr gs::memory_space memory = local::memory;
-  static constexpr bool peer_access = false;
-  static constexpr bool native_allreduce = false;
   using request = local::request;
 
-  explicit counting(local& t) : t_(t) {}
-  std::size_t rank() const { return t_.rank(); }
-  std::size_t size() const { return t_.size(); }
+  explicit counting(local& t) : forwarding(t) {}
   request isend(std::size_t peer, const void* p, std::size_t bytes, std::uint32_t tag) {
     ++(tag == gs::consistency_tag(tag) ? headers : data);
     return t_.isend(peer, p, bytes, tag);
@@ -291,17 +286,8 @@ class counting {
     return t_.irecv(peer, p, bytes, tag);
   }
   void wait(request& r, gs::deadline d) { t_.wait(r, d); }
-  std::uint64_t next_seq() { return t_.next_seq(); }
-  void enter_call(std::uint64_t seq, const gs::call_note& note) {
-    gs::detail::enter_call(t_, seq, note);
-  }
-  gs::workspace& scratch() { return t_.scratch(); }
-  auto executor() const { return t_.executor(); }
 
   std::size_t headers = 0, data = 0;  // messages sent
-
- private:
-  local& t_;
 };
 }  // namespace
 
