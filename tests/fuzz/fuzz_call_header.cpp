@@ -79,7 +79,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const auto& h : table) {
     fz::require(!gs::detail::describe(h).empty(), "a header is described");
     fz::require(gs::detail::first_difference(h, h).empty(), "a header equals itself");
-    fz::require(h.algo_name().size() < h.algo.size() + 1, "the name ends inside its field");
+    // At most the field's bytes, each printed as itself or as 4 characters (\xHH), and
+    // printable ASCII only: a peer's bytes go into messages and logs.
+    const std::string name = h.algo_name();
+    fz::require(name.size() <= 4 * h.algo.size(), "the name ends inside its field");
+    for (const char c : name) {
+      fz::require(c >= 0x20 && c < 0x7f, "the name is printable ASCII");
+    }
     fz::require(gs::detail::first_difference(table[0], h).empty() ==
                     (std::memcmp(&table[0], &h, sizeof h) == 0),
                 "first_difference names a field exactly when the headers differ");

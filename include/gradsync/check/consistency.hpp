@@ -55,8 +55,8 @@ struct call_header {
     std::memcpy(h.algo.data(), algo_name.data(), std::min(algo_name.size(), h.algo.size() - 1));
     return h;
   }
-  /// The algorithm field up to its NUL, as messages print it: a peer's bytes, so those
-  /// outside printable ASCII are written \xHH.
+  /// The algorithm field up to its NUL, as messages print it: a peer's bytes, so each
+  /// byte outside printable ASCII is written as a backslash, 'x' and two hex digits.
   std::string algo_name() const {
     static constexpr char hex[] = "0123456789abcdef";
     std::string s;
