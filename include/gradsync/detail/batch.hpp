@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "gradsync/compress/concept.hpp"
 #include "gradsync/core/async.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/detail/bucket_step.hpp"
@@ -24,8 +25,9 @@ namespace gradsync::detail {
 
 struct batch {
   const fusion::plan* plan = nullptr;
-  fusion::plan own_plan;                     // grouped calls: their own plan
-  const std::vector<void*>* ptrs = nullptr;  // tensor i's memory
+  fusion::plan own_plan;                                      // grouped calls: their own plan
+  std::vector<std::vector<compress::tensor_part>> own_parts;  // and its buckets' tensors
+  const std::vector<void*>* ptrs = nullptr;                   // tensor i's memory
   std::vector<void*> own_ptrs;
   std::byte* layout = nullptr;             // the flat layout (arena or staging)
   std::shared_ptr<fusion::arena> staging;  // grouped calls: borrowed from the pool

@@ -30,6 +30,22 @@
 
 namespace gradsync::detail {
 
+/// Each bucket's tensors as a compression codec sees them: offset (elements from the
+/// bucket's start), count and shape, in layout order.
+inline std::vector<std::vector<compress::tensor_part>> bucket_parts(
+    const fusion::plan& p, const std::vector<fusion::tensor_desc>& descs) {
+  std::vector<std::vector<compress::tensor_part>> parts(p.buckets.size());
+  for (std::size_t b = 0; b < p.buckets.size(); ++b) {
+    const auto& k = p.buckets[b];
+    for (std::size_t i : k.tensors) {
+      const std::size_t es = dtype_size(descs[i].type);
+      parts[b].push_back({(p.tensor_offset[i] - k.offset) / es, descs[i].count, descs[i].shape.rows,
+                          descs[i].shape.cols});
+    }
+  }
+  return parts;
+}
+
 /// Registration and the committed plan, for a fusion policy given as values.
 class tensor_registry {
  public:
@@ -155,15 +171,7 @@ class tensor_registry {
       for (std::size_t i = 0; i < descs_.size(); ++i)
         ptrs_[i] = arena_.data() + plan_.tensor_offset[i];
     }
-    parts_.assign(plan_.buckets.size(), {});
-    for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
-      const auto& k = plan_.buckets[b];
-      for (std::size_t i : k.tensors) {
-        const std::size_t es = dtype_size(descs_[i].type);
-        parts_[b].push_back({(plan_.tensor_offset[i] - k.offset) / es, descs_[i].count,
-                             descs_[i].shape.rows, descs_[i].shape.cols});
-      }
-    }
+    parts_ = bucket_parts(plan_, descs_);
     committed_ = true;
   }
 

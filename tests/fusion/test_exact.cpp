@@ -1,0 +1,523 @@
+// SPDX-License-Identifier: Apache-2.0
+// compress::exact (reproducible sums): its codes against an exact reference (a value
+// alone in its block comes back bitwise; a sum whose block spans at most 2^27 is the
+// correctly rounded exact sum; double's two lanes; rounding to odd before the last
+// rounding; denormals, zeros, the block maximum, MaxRanks summands of the largest value),
+// and through the allreducer on the local transport: the same bits for every algorithm,
+// bucket size, fusion mode, grouped call, rank placement and two-level shape; IEEE
+// semantics for NaN and Inf per element; min and max untouched; the wire bytes counted.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gradsync/compress/exact.hpp>
+#include <gradsync/gradsync.hpp>
+
+#include "fusion_helpers.hpp"
+#include "two_level_ranks.hpp"
+#include "watchdog.hpp"
+
+namespace gs = gradsync;
+namespace gx = gradsync::kernels::exact;
+using local = gs::transport::local;
+using gx::i128;
+
+namespace {
+
+std::uint64_t mix(std::uint64_t z) {
+  z ^= z >> 31;
+  z *= 0x94d049bb133111ebull;
+  z ^= z >> 29;
+  z *= 0xbf58476d1ce4e5b9ull;
+  return z ^ (z >> 32);
+}
+
+// Contribution c's value of element i of tensor k: a random 24-bit significand and sign
+// at an exponent in [base - spread, base], base fixed per tensor (so a block of one
+// tensor spans at most 2^spread, a bucket of several more).
+float contribution(std::size_t c, std::size_t k, std::size_t i, int spread) {
+  const std::uint64_t z =
+      mix(c * 0x9e3779b97f4a7c15ull + i * 0x632be59bd9b4e019ull + k * 0x8cb92ba72f3d8dd7ull + 17);
+  const int base = static_cast<int>(mix(k + 99) % 40) - 20;
+  const int e = base - static_cast<int>((z >> 8) % static_cast<std::uint64_t>(spread + 1));
+  const float m = static_cast<float>((z >> 40) | (1u << 23)) / float(1u << 23);  // [1, 2)
+  return std::ldexp((z & 1) ? -m : m, e);
+}
+
+// F * 2^e for a finite float, F an integer.
+struct fe {
+  std::int64_t F;
+  int e;
+};
+fe split(float f) {
+  int e = 0;
+  const float m = std::frexp(f, &e);
+  return {static_cast<std::int64_t>(std::ldexp(m, 24)), e - 24};
+}
+
+// |num * 2^k / den - f| compared for two candidates, exactly (num below 2^55).
+int closer(i128 num, int k, std::int64_t den, float a, float b) {
+  const fe x = split(a), y = split(b);
+  const int m = std::min({k, x.e, y.e});
+  const i128 v = num << (k - m);
+  const i128 da = v - static_cast<i128>(x.F) * den * (i128(1) << (x.e - m));
+  const i128 db = v - static_cast<i128>(y.F) * den * (i128(1) << (y.e - m));
+  const i128 aa = da < 0 ? -da : da, ab = db < 0 ? -db : db;
+  return aa < ab ? -1 : aa > ab ? 1 : 0;
+}
+
+// The correctly rounded float of num * 2^k / den (nearest, ties to even), found by exact
+// comparison among the neighbours of a long double estimate: independent of the codec.
+float reference(i128 num, int k, std::int64_t den) {
+  if (num == 0) return 0.0f;
+  const long double est = std::ldexp(static_cast<long double>(num), k) / den;
+  float best = static_cast<float>(est);
+  for (int round = 0; round < 2; ++round) {
+    for (float c : {std::nextafter(best, -INFINITY), std::nextafter(best, INFINITY)}) {
+      const int cmp = closer(num, k, den, c, best);
+      std::uint32_t cb, bb;
+      std::memcpy(&cb, &c, 4);
+      std::memcpy(&bb, &best, 4);
+      if (cmp < 0 || (cmp == 0 && (cb & 1) == 0 && (bb & 1) == 1)) best = c;
+    }
+  }
+  return best;
+}
+
+// The exact sum of floats as num * 2^k (k the smallest exponent among them).
+std::pair<i128, int> exact_sum(const std::vector<float>& xs) {
+  int k = 0;
+  bool any = false;
+  for (float x : xs) {
+    if (x == 0) continue;
+    k = any ? std::min(k, split(x).e) : split(x).e;
+    any = true;
+  }
+  i128 s = 0;
+  for (float x : xs) {
+    if (x == 0) continue;
+    const fe v = split(x);
+    s += static_cast<i128>(v.F) << (v.e - k);
+  }
+  return {s, k};
+}
+
+using code64 = std::int64_t;
+constexpr int K64 = gx::lane_bits<std::int64_t, 4096>;  // 51
+constexpr int K32 = gx::lane_bits<std::int32_t, 4096>;  // 19
+
+// The codec's steps for one block shared by `xs[r]` over the ranks, by hand (what the
+// allreducer does with a channel): agree the scale, code, add, decode.
+template <class T, class Code, int K>
+std::vector<T> block_sum(const std::vector<std::vector<T>>& xs, std::uint64_t divisor) {
+  const std::size_t n = xs[0].size();
+  constexpr std::size_t lanes = gx::layout<T>::lanes;
+  int field = 1;
+  for (const auto& x : xs) field = std::max(field, gx::scan(x.data(), n).field);
+  std::vector<Code> sum(n * lanes, 0), mine(n * lanes);
+  bool overflow = false;
+  for (const auto& x : xs) {
+    gx::encode<T, Code, K>(mine.data(), x.data(), n, field);
+    for (std::size_t i = 0; i < sum.size(); ++i)
+      overflow |= __builtin_add_overflow(sum[i], mine[i], &sum[i]);
+  }
+  REQUIRE_FALSE(overflow);
+  std::vector<T> out(n);
+  gx::decode<T, Code, K>(out.data(), sum.data(), n, field, divisor);
+  return out;
+}
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, 4) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("exact codes: a value alone in its block comes back bitwise (float and double)") {
+  std::size_t checked = 0, wrong = 0;
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 65537) {  // every exponent, both signs
+    const std::uint32_t bits = static_cast<std::uint32_t>(u);
+    float x;
+    std::memcpy(&x, &bits, 4);
+    if (!std::isfinite(x)) continue;
+    const auto y = block_sum<float, code64, K64>({{x}}, 1);
+    wrong += !(same_bits(y[0], x) || (x == 0 && y[0] == 0));
+    ++checked;
+  }
+  CHECK(checked > 60000);
+  CHECK(wrong == 0);
+  for (std::uint64_t i = 0; i < 20000; ++i) {
+    std::uint64_t bits = mix(i);
+    double x;
+    std::memcpy(&x, &bits, 8);
+    if (!std::isfinite(x) || x == 0) continue;
+    const auto y = block_sum<double, code64, K64>({{x}}, 1);
+    CHECK(std::memcmp(&y[0], &x, 8) == 0);
+  }
+}
+
+TEST_CASE("exact codes: sums over a block spanning at most 2^27 are correctly rounded") {
+  for (std::size_t n : {2, 3, 5, 8}) {
+    CAPTURE(n);
+    for (std::uint64_t divisor : {std::uint64_t{1}, std::uint64_t{n}}) {
+      CAPTURE(divisor);
+      std::size_t wrong = 0;
+      for (std::size_t blk = 0; blk < 200; ++blk) {
+        std::vector<std::vector<float>> xs(n, std::vector<float>(256));
+        for (std::size_t r = 0; r < n; ++r)
+          for (std::size_t i = 0; i < 256; ++i)
+            xs[r][i] = contribution(r, blk, i, blk % 2 ? 27 : 3);
+        const auto got = block_sum<float, code64, K64>(xs, divisor);
+        for (std::size_t i = 0; i < 256; ++i) {
+          std::vector<float> col;
+          for (std::size_t r = 0; r < n; ++r) col.push_back(xs[r][i]);
+          const auto [num, k] = exact_sum(col);
+          wrong += !same_bits(got[i], reference(num, k, static_cast<std::int64_t>(divisor)));
+        }
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("exact codes: beyond 2^27 within a block, each element is within the bound") {
+  // 64-bit mode: each summand loses at most half a code unit 2^(E + 1 - 51); the result
+  // then rounds once more (half an ulp of itself).
+  const std::size_t n = 4;
+  std::size_t exact_ones = 0, total = 0;
+  for (std::size_t blk = 0; blk < 100; ++blk) {
+    std::vector<std::vector<float>> xs(n, std::vector<float>(256));
+    for (std::size_t r = 0; r < n; ++r)
+      for (std::size_t i = 0; i < 256; ++i) xs[r][i] = contribution(r, blk, i, 60);
+    const auto got = block_sum<float, code64, K64>(xs, 1);
+    int field = 1;
+    for (const auto& x : xs) field = std::max(field, gx::scan(x.data(), 256).field);
+    const long double unit = std::ldexp(1.0L, field - 127 + 1 - K64);
+    for (std::size_t i = 0; i < 256; ++i) {
+      long double want = 0;
+      for (std::size_t r = 0; r < n; ++r) want += xs[r][i];  // exact: spans < 64 bits here
+      const long double err = std::fabs(static_cast<long double>(got[i]) - want);
+      const long double ulp_half = std::fabs(want) * std::ldexp(1.0L, -24);
+      CHECK(err <= n * unit / 2 + ulp_half);
+      exact_ones +=
+          static_cast<long double>(got[i]) == static_cast<long double>(static_cast<float>(want));
+      ++total;
+    }
+  }
+  CHECK(exact_ones > total / 2);  // most elements are still the rounded exact sum
+}
+
+TEST_CASE("exact codes: rounding to odd keeps a sticky bit below a tie") {
+  // 1 + 2^-53 is halfway between two doubles; 2^-100 more rounds it up. Double's codes
+  // span 102 bits, so the sum reaches the last rounding through 64 bits rounded to odd.
+  const auto d = block_sum<double, code64, K64>({{1.0}, {0x1p-53}, {0x1p-100}}, 1);
+  CHECK(d[0] == 1.0 + 0x1p-52);
+  const auto tie = block_sum<double, code64, K64>({{1.0}, {0x1p-53}, {0.0}}, 1);
+  CHECK(tie[0] == 1.0);  // a true tie goes to even
+  // The same at the kernel: 2^100 + 2^76 + 1 is a float tie plus a sticky bit.
+  const i128 s = (i128(1) << 100) + (i128(1) << 76) + 1;
+  CHECK(gx::value_of<float>(s, -100, 1) == 1.0f + 0x1p-23f);
+  CHECK(gx::value_of<float>(s - 1, -100, 1) == 1.0f);
+  // An average whose quotient is a tie plus a remainder: (3 * (2^25 + 2) + 1) / 3.
+  const i128 q = 3 * ((i128(1) << 25) + 2) + 1;
+  CHECK(gx::value_of<float>(q, 0, 3) == 33554436.0f);
+  CHECK(gx::value_of<float>(q - 1, 0, 3) == 33554432.0f);
+}
+
+TEST_CASE("exact codes: denormals, signed zeros, the block maximum, MaxRanks summands") {
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  const auto dn = block_sum<float, code64, K64>({{tiny, 3 * tiny, -tiny}, {tiny, tiny, 0.0f}}, 1);
+  CHECK(dn[0] == 2 * tiny);
+  CHECK(dn[1] == 4 * tiny);
+  CHECK(dn[2] == -tiny);
+  // A zero sum is +0 whatever the zeros' signs (IEEE gives -0 only when all are -0).
+  const auto z = block_sum<float, code64, K64>({{-0.0f, 1.0f}, {-0.0f, -1.0f}}, 1);
+  CHECK(same_bits(z[0], 0.0f));
+  CHECK(same_bits(z[1], 0.0f));
+  // Half the smallest denormal after an average rounds to even (zero), a bit more up.
+  const auto half = block_sum<float, code64, K64>({{tiny, 3 * tiny}, {0.0f, 0.0f}}, 2);
+  CHECK(same_bits(half[0], 0.0f));
+  CHECK(half[1] == 2 * tiny);
+  // MaxRanks (4096) summands of the block's largest value: no lane overflows (block_sum
+  // checks every addition), and the float sum overflows to Inf as IEEE's would.
+  const float top = std::numeric_limits<float>::max();
+  const float near2 = std::nextafter(2.0f, 0.0f);  // rounds up to 2^P in 32-bit mode
+  std::vector<std::vector<float>> giants(4096, std::vector<float>{top, -top / 4096});
+  const auto g = block_sum<float, code64, K64>(giants, 1);
+  CHECK(g[0] == INFINITY);
+  CHECK(g[1] == -top);
+  std::vector<std::vector<float>> many(4096, std::vector<float>{near2, near2, -near2, 1.0f});
+  const auto s64 = block_sum<float, code64, K64>(many, 1);
+  CHECK(s64[1] == 4096 * near2);
+  CHECK(s64[2] == -4096 * near2);
+  CHECK(s64[3] == 4096.0f);
+  std::vector<std::vector<float>> many2(4096, std::vector<float>{near2, -near2, 1.0f});
+  const auto s32 = block_sum<float, std::int32_t, K32>(many2, 1);
+  CHECK(s32[0] == doctest::Approx(8192.0).epsilon(1e-5));  // clamped below 2^P: no wrap
+  CHECK(s32[0] > 0);
+  CHECK(s32[1] == -s32[0]);
+  CHECK(s32[2] == 4096.0f);
+  const auto avg = block_sum<float, code64, K64>(many, 4096);
+  CHECK(avg[1] == near2);
+  CHECK(avg[3] == 1.0f);
+}
+
+namespace {
+
+struct run_out {
+  std::vector<float> result;  // rank 0's tensors, concatenated
+  bool ranks_agree = false;
+  std::size_t wire = 0;  // rank 0's bytes_wire
+  std::string error;
+};
+
+const std::vector<std::size_t>& sizes() {
+  static const std::vector<std::size_t> s = {1000, 257, 3, 300001, 5000, 0, 70001, 1, 4100};
+  return s;
+}
+
+// Every rank fills its tensors with contribution `placement[rank]`, runs one step of the
+// registered plan (or one grouped call) through allreducer<local, Algo, Fusion, C> and
+// returns rank 0's result.
+template <class Algo, class Fusion, class C = gs::compress::exact<>, class Op = gs::op::sum_t>
+run_out run_exact(const std::vector<std::size_t>& placement, int spread, bool grouped = false) {
+  const std::size_t n = placement.size();
+  std::vector<std::uint64_t> digest(n);
+  run_out out;
+  gs::transport::run_local(n, [&](local& t) {
+    gs::allreducer<local, Algo, Fusion, C> ar(t);
+    std::vector<std::vector<float>> own;
+    std::vector<std::span<float>> ts;
+    if (grouped) {
+      own.resize(sizes().size());
+      for (std::size_t k = 0; k < sizes().size(); ++k) {
+        own[k].resize(sizes()[k]);
+        ts.push_back(own[k]);
+      }
+    } else {
+      ts = fusion_test::register_model<float>(ar, sizes(), own, Op{});
+    }
+    for (std::size_t k = 0; k < ts.size(); ++k)
+      for (std::size_t i = 0; i < ts[k].size(); ++i)
+        ts[k][i] = contribution(placement[t.rank()], k, i, spread);
+    if (grouped) {
+      std::vector<gs::tensor_ref> list;
+      for (auto& s : ts) list.push_back(gs::tensor_ref(s));
+      ar.allreduce(std::span<const gs::tensor_ref>(list), Op{});
+    } else {
+      for (std::size_t k = ts.size(); k-- > 0;) ar.ready(k);
+      ar.wait();
+    }
+    digest[t.rank()] = fusion_test::digest_model(ts);
+    if (t.rank() == 0) {
+      for (auto& s : ts) out.result.insert(out.result.end(), s.begin(), s.end());
+      out.wire = ar.last_stats().bytes_wire;
+    }
+  });
+  out.ranks_agree =
+      std::all_of(digest.begin(), digest.end(), [&](auto d) { return d == digest[0]; });
+  return out;
+}
+
+std::size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  std::size_t d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d += !same_bits(a[i], b[i]);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("exact: the same bits for every algorithm, bucket size, fusion mode and placement") {
+  gs::testbed::watchdog wd(240, "exact invariance");
+  using namespace gs::algo;
+  using b64k = gs::fusion::bucket<64 << 10>;
+  const std::vector<std::size_t> id = {0, 1, 2, 3};
+  for (int spread : {27, 60}) {  // 60: blocks span more than the codes' bits
+    CAPTURE(spread);
+    const run_out ref = run_exact<ring, gs::fusion::none>(id, spread);
+    REQUIRE(ref.ranks_agree);
+    auto same = [&](const run_out& o) {
+      CHECK(o.ranks_agree);
+      CHECK(differing(o.result, ref.result) == 0);
+    };
+    same(run_exact<tree, b64k>(id, spread));
+    same(run_exact<halving_doubling, b64k>(id, spread));
+    same(run_exact<auto_select, b64k>(id, spread));
+    same(run_exact<ring, b64k>(id, spread));
+    same(run_exact<ring, gs::fusion::bucket<1 << 20>>(id, spread));
+    same(run_exact<ring, gs::fusion::bucket<25 << 20>>(id, spread));
+    same(run_exact<ring, gs::fusion::zero_copy<1 << 20>>(id, spread));
+    same(run_exact<ring, gs::fusion::bucket<1 << 20>>(id, spread, true));  // grouped call
+    same(run_exact<ring, gs::fusion::bucket<25 << 20>>(id, spread, true));
+    for (std::uint64_t seed : {1, 2, 3}) {
+      same(run_exact<ring, gs::fusion::bucket<1 << 20>>(fusion_test::shuffled(4, seed), spread));
+    }
+    if (spread == 27) {  // every element is the correctly rounded exact sum
+      std::size_t wrong = 0, at = 0;
+      for (std::size_t k = 0; k < sizes().size(); ++k) {
+        for (std::size_t i = 0; i < sizes()[k]; ++i, ++at) {
+          std::vector<float> col;
+          for (std::size_t c = 0; c < 4; ++c) col.push_back(contribution(c, k, i, spread));
+          const auto [num, e] = exact_sum(col);
+          wrong += !same_bits(ref.result[at], reference(num, e, 1));
+        }
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("exact: ordinary float sums do change with the algorithm (what exact fixes)") {
+  gs::testbed::watchdog wd(120, "exact baseline");
+  using namespace gs::algo;
+  const std::vector<std::size_t> id = {0, 1, 2, 3};
+  const run_out a = run_exact<ring, gs::fusion::none, gs::compress::none>(id, 60);
+  const run_out b = run_exact<tree, gs::fusion::none, gs::compress::none>(id, 60);
+  CHECK(differing(a.result, b.result) > 0);
+}
+
+TEST_CASE("exact: over two levels (hierarchical), the same bits as one level") {
+  gs::testbed::watchdog wd(120, "exact two levels");
+  using two_level = gs::transport::two_level<local, local>;
+  const std::vector<std::size_t> id = {0, 1, 2, 3};
+  const run_out ref = run_exact<gs::algo::ring, gs::fusion::none>(id, 60);
+  for (auto [nodes, per] : {std::pair<std::size_t, std::size_t>{2, 2}, {4, 1}, {1, 4}}) {
+    CAPTURE(nodes);
+    std::vector<std::vector<float>> got(4);
+    const auto errors = gs::testbed::run_two_level_shape(nodes, per, [&](local a, local b) {
+      two_level t(std::move(a), std::move(b));
+      gs::allreducer<two_level, gs::algo::hierarchical<>, gs::fusion::bucket<1 << 20>,
+                     gs::compress::exact<>>
+          ar(t);
+      std::vector<std::vector<float>> own;
+      auto ts = fusion_test::register_model<float>(ar, sizes(), own, gs::op::sum);
+      for (std::size_t k = 0; k < ts.size(); ++k)
+        for (std::size_t i = 0; i < ts[k].size(); ++i) ts[k][i] = contribution(t.rank(), k, i, 60);
+      for (std::size_t k = 0; k < ts.size(); ++k) ar.ready(k);
+      ar.wait();
+      for (auto& s : ts) got[t.rank()].insert(got[t.rank()].end(), s.begin(), s.end());
+    });
+    for (std::size_t r = 0; r < 4; ++r) {
+      CAPTURE(r);
+      CHECK(errors[r] == "");
+      CHECK(differing(got[r], ref.result) == 0);
+    }
+  }
+}
+
+TEST_CASE("exact: avg is the correctly rounded exact mean; min and max pass unchanged") {
+  gs::testbed::watchdog wd(120, "exact avg");
+  using namespace gs::algo;
+  const std::vector<std::size_t> id = {0, 1, 2};
+  const run_out avg =
+      run_exact<ring, gs::fusion::bucket<1 << 20>, gs::compress::exact<>, gs::op::avg_t>(id, 20);
+  const run_out avg2 =
+      run_exact<tree, gs::fusion::none, gs::compress::exact<>, gs::op::avg_t>({2, 0, 1}, 20);
+  CHECK(avg.ranks_agree);
+  CHECK(differing(avg.result, avg2.result) == 0);
+  std::size_t wrong = 0, at = 0;
+  for (std::size_t k = 0; k < sizes().size(); ++k) {
+    for (std::size_t i = 0; i < sizes()[k]; ++i, ++at) {
+      std::vector<float> col;
+      for (std::size_t c = 0; c < 3; ++c) col.push_back(contribution(c, k, i, 20));
+      const auto [num, e] = exact_sum(col);
+      wrong += !same_bits(avg.result[at], reference(num, e, 3));
+    }
+  }
+  CHECK(wrong == 0);
+  const run_out mx =
+      run_exact<ring, gs::fusion::bucket<1 << 20>, gs::compress::exact<>, gs::op::max_t>(id, 60);
+  const run_out mx0 =
+      run_exact<ring, gs::fusion::bucket<1 << 20>, gs::compress::none, gs::op::max_t>(id, 60);
+  CHECK(differing(mx.result, mx0.result) == 0);
+  CHECK(mx.wire == mx0.wire);
+}
+
+TEST_CASE("exact: NaN and Inf get IEEE sums per element; the rest of the block is exact") {
+  gs::testbed::watchdog wd(120, "exact non-finite");
+  const std::size_t n = 3, count = 1000;
+  std::vector<std::vector<float>> out(n);
+  gs::transport::run_local(n, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::none, gs::compress::exact<>> ar(t);
+    const std::size_t r = t.rank();
+    for (int step = 0; step < 2; ++step) {
+      std::vector<float> x(count);
+      for (std::size_t i = 0; i < count; ++i) x[i] = static_cast<float>(i % 7 + r);
+      if (step == 0) {
+        if (r == 1) x[10] = NAN;       // NaN anywhere: NaN
+        if (r == 0) x[20] = INFINITY;  // +Inf and -Inf: NaN
+        if (r == 2) x[20] = -INFINITY;
+        if (r != 1) x[30] = INFINITY;   // +Inf twice: +Inf
+        if (r == 2) x[40] = -INFINITY;  // -Inf once: -Inf
+      }
+      ar.allreduce(std::span<float>(x), gs::op::sum);
+      if (step == 1) out[r] = x;
+      if (step == 0) {
+        CHECK(std::isnan(x[10]));
+        CHECK(std::isnan(x[20]));
+        CHECK(x[30] == INFINITY);
+        CHECK(x[40] == -INFINITY);
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+          if (i == 10 || i == 20 || i == 30 || i == 40) continue;
+          float want = 0;
+          for (std::size_t q = 0; q < n; ++q) want += static_cast<float>(i % 7 + q);
+          wrong += x[i] != want;
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  });
+  for (std::size_t i = 0; i < count; ++i) {  // the next step carries nothing over
+    const float want = static_cast<float>(3 * (i % 7) + 3);
+    if (out[0][i] != want) FAIL_CHECK("element " << i << " is " << out[0][i]);
+  }
+  CHECK(out[1] == out[0]);
+}
+
+TEST_CASE("exact: wire bytes are the codes' (1.00x none for 32-bit, 2.00x for 64-bit)") {
+  gs::testbed::watchdog wd(120, "exact wire");
+  using namespace gs::algo;
+  const std::vector<std::size_t> id = {0, 1, 2, 3};
+  using fus = gs::fusion::bucket<1 << 20>;
+  const run_out none = run_exact<ring, fus, gs::compress::none>(id, 20);
+  const run_out e64 = run_exact<ring, fus, gs::compress::exact<64>>(id, 20);
+  const run_out e32 = run_exact<ring, fus, gs::compress::exact<32>>(id, 20);
+  const double r64 = double(e64.wire) / double(none.wire),
+               r32 = double(e32.wire) / double(none.wire);
+  MESSAGE("wire bytes: none " << none.wire << ", exact64 " << r64 << "x, exact32 " << r32 << "x");
+  CHECK(r64 >= 2.0);
+  CHECK(r64 <= 2.01);
+  CHECK(r32 >= 1.0);
+  CHECK(r32 <= 1.01);
+  // 32-bit mode: the same bits everywhere too (fewer of them exact).
+  const run_out e32b = run_exact<tree, gs::fusion::none, gs::compress::exact<32>>({3, 1, 0, 2}, 20);
+  CHECK(differing(e32.result, e32b.result) == 0);
+}
+
+TEST_CASE("exact: a group larger than MaxRanks is refused, naming the fix") {
+  gs::testbed::watchdog wd(60, "exact max ranks");
+  std::vector<std::string> errors(3);
+  gs::transport::run_local(3, [&](local& t) {
+    gs::allreducer<local, gs::algo::ring, gs::fusion::none, gs::compress::exact<64, 256, 2>> ar(t);
+    std::vector<float> x(100, 1.0f);
+    try {
+      ar.allreduce(std::span<float>(x), gs::op::sum);
+    } catch (const gs::error& e) {
+      errors[t.rank()] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    CHECK(e.find("MaxRanks = 2") != std::string::npos);
+    CHECK(e.find("this group has 3") != std::string::npos);
+    CHECK(e.find("raise MaxRanks") != std::string::npos);
+  }
+}
