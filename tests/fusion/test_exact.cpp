@@ -225,10 +225,52 @@ TEST_CASE("exact codes: rounding to odd keeps a sticky bit below a tie") {
   const i128 s = (i128(1) << 100) + (i128(1) << 76) + 1;
   CHECK(gx::value_of<float>(s, -100, 1) == 1.0f + 0x1p-23f);
   CHECK(gx::value_of<float>(s - 1, -100, 1) == 1.0f);
+  // Float's codes decode through double (53 bits): 2^54 + 2^30 + 1 units of 2^-50 is
+  // 16 + 2^-20 (a tie at float's precision) + 2^-50, which rounds up; so does the mean
+  // of three times it plus 1. Both paths, the double one and the one from the bits.
+  for (const auto& [sum, ranks] :
+       {std::pair<std::int64_t, std::uint64_t>{(1ll << 54) + (1ll << 30) + 1, 1},
+        {3 * ((1ll << 54) + (1ll << 30)) + 1, 3}}) {
+    CAPTURE(ranks);
+    float via_double = 0, via_bits = 0;
+    gx::decode<float, std::int64_t, K64>(&via_double, &sum, 1, 127, ranks);
+    gx::decode_bits<float, std::int64_t, K64>(&via_bits, &sum, 1, 127, ranks);
+    CHECK(via_double == 16.0f + 0x1p-19f);
+    CHECK(via_bits == 16.0f + 0x1p-19f);
+    const std::int64_t tie = sum - 1;  // the exact tie goes to even
+    gx::decode<float, std::int64_t, K64>(&via_double, &tie, 1, 127, ranks);
+    CHECK(via_double == 16.0f);
+  }
   // An average whose quotient is a tie plus a remainder: (3 * (2^25 + 2) + 1) / 3.
   const i128 q = 3 * ((i128(1) << 25) + 2) + 1;
   CHECK(gx::value_of<float>(q, 0, 3) == 33554436.0f);
   CHECK(gx::value_of<float>(q - 1, 0, 3) == 33554432.0f);
+}
+
+TEST_CASE("exact codes: float's decode through double equals the decode from the bits") {
+  // Random sums of every size up to 2^63, at scales from the denormal range to overflow,
+  // summed and averaged: the double path (vectorised where the CPU can) and its fallbacks
+  // give the bits value_of gives.
+  std::size_t wrong = 0, checked = 0;
+  std::vector<std::int64_t> sums(4096);
+  std::vector<float> a(4096), b(4096);
+  for (std::uint64_t round = 0; round < 64; ++round) {
+    for (std::size_t i = 0; i < sums.size(); ++i) {
+      const std::uint64_t z = mix(round * 7919 + i);
+      const int width = static_cast<int>(z % 64);  // 0 .. 63 bits
+      std::int64_t v = width == 0 ? 0 : static_cast<std::int64_t>(mix(z) >> (64 - width));
+      sums[i] = (z >> 7) & 1 ? -v : v;
+    }
+    const int field = static_cast<int>(mix(round) % 254) + 1;
+    for (std::uint64_t ranks : {1, 2, 3, 7, 4096}) {
+      gx::decode<float, std::int64_t, K64>(a.data(), sums.data(), sums.size(), field, ranks);
+      gx::decode_bits<float, std::int64_t, K64>(b.data(), sums.data(), sums.size(), field, ranks);
+      for (std::size_t i = 0; i < a.size(); ++i) wrong += !same_bits(a[i], b[i]);
+      checked += a.size();
+    }
+  }
+  CHECK(checked == 64 * 5 * 4096);
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("exact codes: denormals, signed zeros, the block maximum, MaxRanks summands") {

@@ -44,5 +44,16 @@ inline bool has_f16c() {
   return yes;
 }
 
+/// Whether this CPU runs AVX-512 F, DQ and VL (64-bit integer <-> double conversions in
+/// vectors: compress::exact's decode).
+inline bool has_avx512dq() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512dq") != 0 &&
+           __builtin_cpu_supports("avx512vl") != 0;
+  }();
+  return yes;
+}
+
 }  // namespace gradsync::kernels::detail
 #endif

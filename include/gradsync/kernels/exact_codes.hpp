@@ -14,11 +14,14 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
+
+#include "gradsync/kernels/cpu_features.hpp"
 
 namespace gradsync::kernels::exact {
 
@@ -69,18 +72,23 @@ struct block_scan {
   bool non_finite = false;
 };
 
-/// Scans x[0, n).
+/// Scans x[0, n). Integer max and or only, so the loop vectorises.
 template <class T>
 inline block_scan scan(const T* x, std::size_t n) {
   using L = layout<T>;
-  int hi = 1, bad = 0;
+  using B = typename L::bits;
+  constexpr int exp_bits = sizeof(T) == 8 ? 11 : 8;
+  B hi = 1, bad = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const int f = L::field(L::to_bits(x[i]));
-    const bool finite = f != L::field_max;
-    hi = finite && f > hi ? f : hi;
-    bad |= !finite;
+    B u;
+    std::memcpy(&u, x + i, sizeof u);
+    const B f = (u >> L::mant) & B(L::field_max);
+    const B non_finite = (f + 1) >> exp_bits;  // 1 for the all-ones field
+    bad |= non_finite;
+    const B g = f & (non_finite - 1);  // a NaN's or Inf's field counts as 0
+    hi = hi > g ? hi : g;
   }
-  return {hi, bad != 0};
+  return {static_cast<int>(hi), bad != 0};
 }
 
 /// The magnitude of the code of a value with significand m (hidden bit included) whose
@@ -217,10 +225,64 @@ inline T value_of(i128 S, int scale, std::uint64_t ranks) {
   return assemble<T>(neg, r.m, scale + r.e);
 }
 
-/// Decodes n summed codes of one block at the agreed scale `field` into y, divided by
-/// `ranks` (1 for a sum).
+namespace detail {
+
+/// Float's decode through double (the "round to odd when going through double"):
+/// the sum (below 2^62) converts to double rounded to odd, an average divides in double
+/// and rounds its quotient to odd from the exact remainder (an FMA), and the last
+/// conversion rounds to nearest. Returns false when some element needs decode_bits: a sum
+/// of 2^62 or more, or a result below float's normal range (where FTZ would flush it).
+/// Branch-free, so it vectorises where the target converts 64-bit integers in vectors.
+template <bool Avg>
+inline bool decode_float_via_double(float* y, const std::int64_t* s, std::size_t n, int scale,
+                                    double ranks) {
+  const double unit = std::ldexp(1.0, scale);
+  std::uint64_t redo = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t S = s[i], sign = S >> 63;
+    const std::uint64_t U = static_cast<std::uint64_t>((S ^ sign) - sign);
+    double d = static_cast<double>(static_cast<std::int64_t>(U));
+    const std::uint64_t back =
+        static_cast<std::uint64_t>(static_cast<std::int64_t>(d < 0x1p62 ? d : 0x1p62));
+    std::int64_t b;
+    std::memcpy(&b, &d, 8);
+    b = (b - static_cast<std::int64_t>(back > U)) | static_cast<std::int64_t>(back != U);
+    std::memcpy(&d, &b, 8);
+    if constexpr (Avg) {
+      double q = d / ranks;
+      const double r = __builtin_fma(-q, ranks, d);  // exact: d - q * ranks
+      std::int64_t qb;
+      std::memcpy(&qb, &q, 8);
+      qb = (qb - static_cast<std::int64_t>(r < 0)) | static_cast<std::int64_t>(r != 0);
+      std::memcpy(&q, &qb, 8);
+      d = q;
+    }
+    const double v = d * unit;  // exact: a power of two well inside double's range
+    redo |= (U >> 62) | static_cast<std::uint64_t>((v != 0) & (v < 0x1p-126));
+    y[i] = static_cast<float>(S < 0 ? -v : v);
+  }
+  return redo == 0;
+}
+
+#if GRADSYNC_HOST_AVX2 && defined(__GNUC__) && !defined(__clang__)
+// GCC vectorises the loop above only without trapping math (the conversions would
+// otherwise count as control flow); values are the same, only exception flags may differ.
+#define GRADSYNC_EXACT_AVX512 1
+template <bool Avg>
+__attribute__((target("avx512f,avx512dq,avx512vl"), optimize("no-trapping-math"))) bool
+decode_float_avx512(float* y, const std::int64_t* s, std::size_t n, int scale, double ranks) {
+  return decode_float_via_double<Avg>(y, s, n, scale, ranks);
+}
+#else
+#define GRADSYNC_EXACT_AVX512 0
+#endif
+
+}  // namespace detail
+
+/// Decodes n summed codes of one block at the agreed scale `field` into y from the bits
+/// (value_of per element): the reference every faster path must equal.
 template <class T, class Code, int K>
-inline void decode(T* y, const Code* s, std::size_t n, int field, std::uint64_t ranks) {
+inline void decode_bits(T* y, const Code* s, std::size_t n, int field, std::uint64_t ranks) {
   using L = layout<T>;
   constexpr std::size_t lanes = L::lanes;
   constexpr int P = K * static_cast<int>(lanes);
@@ -234,6 +296,31 @@ inline void decode(T* y, const Code* s, std::size_t n, int field, std::uint64_t 
     }
     y[i] = value_of<T>(S, scale, ranks);
   }
+}
+
+/// Decodes n summed codes of one block at the agreed scale `field` into y, divided by
+/// `ranks` (1 for a sum): float's 64-bit codes through double (vectorised with AVX-512
+/// where the CPU has it), everything else, and any block that path declines, from the
+/// bits. Both give the same correctly rounded result.
+template <class T, class Code, int K>
+inline void decode(T* y, const Code* s, std::size_t n, int field, std::uint64_t ranks) {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<Code, std::int64_t>) {
+    const int scale = field - layout<T>::bias + 1 - K;
+    const double r = static_cast<double>(ranks);
+    bool done;
+#if GRADSYNC_EXACT_AVX512
+    if (kernels::detail::has_avx512dq()) {
+      done = ranks > 1 ? detail::decode_float_avx512<true>(y, s, n, scale, r)
+                       : detail::decode_float_avx512<false>(y, s, n, scale, r);
+    } else
+#endif
+    {
+      done = ranks > 1 ? detail::decode_float_via_double<true>(y, s, n, scale, r)
+                       : detail::decode_float_via_double<false>(y, s, n, scale, r);
+    }
+    if (done) return;
+  }
+  decode_bits<T, Code, K>(y, s, n, field, ranks);
 }
 
 /// A non-finite value's kind, as flags a max across ranks combines: NaN, +Inf, -Inf.
