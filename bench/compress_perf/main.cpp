@@ -3,8 +3,10 @@
 // in the same run, and what its encode / decode passes cost against memcpy.
 //
 //   compress_perf [--ranks 2] [--size 64M] [--iters 5] [--warmup 1]
-//                 [--schemes none,fp16,bf16,int8,ef_int8,topk,ef_topk] [--kernels] [--csv PATH]
-//   mpirun -n 2 compress_perf_openmpi ...     (transport::mpi; across simulated hosts:
+//                 [--schemes none,fp16,bf16,int8,ef_int8,topk,ef_topk,exact64,exact32]
+//                 [--kernels] [--csv PATH]
+//   mpirun -n 2 compress_perf_openmpi [--transport mpi|shm] ...
+//                                             (transport::mpi or shm; across simulated hosts:
 //                                              scripts/vcluster run ... -- compress_perf_...)
 //
 // Allreduce rows: one registered float tensor of --size bytes, op::avg, algo::ring,
@@ -37,6 +39,7 @@
 
 #include <gradsync/transport/mpi.hpp>
 #include <gradsync/transport/mpi/exit.hpp>
+#include <gradsync/transport/shm/from_mpi.hpp>
 
 #include "../common/mpi_group.hpp"
 #endif
@@ -50,8 +53,10 @@ struct options {
   std::size_t ranks = 2;
   std::size_t bytes = 64u << 20;
   int iters = 5, warmup = 1;
-  std::vector<std::string> schemes = {"none", "fp16",    "bf16",     "int8",       "ef_int8",
-                                      "topk", "ef_topk", "powersgd", "ef_powersgd"};
+  std::vector<std::string> schemes = {"none",        "fp16",    "bf16",    "int8",
+                                      "ef_int8",     "topk",    "ef_topk", "powersgd",
+                                      "ef_powersgd", "exact64", "exact32"};
+  std::string transport = "mpi";  // MPI builds: mpi or shm
   bool kernels = false;
   std::string csv;
 };
@@ -62,9 +67,10 @@ const char* usage_text() {
          "  --size BYTES       the tensor, e.g. 64M (default), 1M, 4096\n"
          "  --iters N          timed calls per scheme, default 5\n"
          "  --warmup N         untimed calls first, default 1\n"
-         "  --schemes LIST     none,fp16,bf16,int8,ef_int8,topk,ef_topk,powersgd,ef_powersgd\n"
-         "                     (default: all; powersgd: rank 4, the tensor a square matrix\n"
-         "                     when its count is a square, e.g. 64M = 4096 x 4096)\n"
+         "  --schemes LIST     none,fp16,bf16,int8,ef_int8,topk,ef_topk,powersgd,ef_powersgd,\n"
+         "                     exact64,exact32 (default: all; powersgd: rank 4, the tensor a\n"
+         "                     square matrix when its count is a square, e.g. 64M = 4096 x 4096)\n"
+         "  --transport T      MPI builds: mpi (default) or shm (one host)\n"
          "  --kernels          also time encode / decode against memcpy (rank 0)\n"
          "  --csv PATH         write the rows as CSV too\n"
          "  -h, --help, --version  print this text, or the version, and exit 0\n";
@@ -131,6 +137,10 @@ options parse(int argc, char** argv) {
       for (std::string x; std::getline(ss, x, ',');) {
         if (!x.empty()) o.schemes.push_back(x);
       }
+    } else if (a == "--transport") {
+      o.transport = next();
+      if (o.transport != "mpi" && o.transport != "shm")
+        usage_exit("--transport is mpi or shm, got '" + o.transport + "'");
     } else if (a == "--kernels") {
       o.kernels = true;
     } else if (a == "--csv") {
@@ -239,9 +249,14 @@ std::vector<row> run_all(Tr& t, gb::group& g, const options& o) {
     } else if (s == "ef_powersgd") {
       rows.push_back(
           measure<gs::compress::error_feedback<gs::compress::powersgd<4>>>(t, g, o, "ef_powersgd"));
+    } else if (s == "exact64") {
+      rows.push_back(measure<gs::compress::exact<64>>(t, g, o, "exact64"));
+    } else if (s == "exact32") {
+      rows.push_back(measure<gs::compress::exact<32>>(t, g, o, "exact32"));
     } else {
       usage_exit("unknown scheme '" + s +
-                 "' (none, fp16, bf16, int8, ef_int8, topk, ef_topk, powersgd, ef_powersgd)");
+                 "' (none, fp16, bf16, int8, ef_int8, topk, ef_topk, powersgd, ef_powersgd, "
+                 "exact64, exact32)");
     }
   }
   const row* none = nullptr;
@@ -256,6 +271,7 @@ std::vector<row> run_all(Tr& t, gb::group& g, const options& o) {
 struct kernel_row {
   std::string pass;
   double gbs = 0, vs_memcpy = 0;
+  double moved_vs_memcpy = 0;  // bytes read + written per second against memcpy's (0: n/a)
 };
 
 template <class F>
@@ -282,7 +298,13 @@ std::vector<kernel_row> kernel_rows(const options& o) {
   const double copy =
       best_of(reps, [&] { std::memcpy(y.data(), x.data(), count * sizeof(float)); });
   std::vector<kernel_row> out;
-  auto add = [&](const char* pass, double s) { out.push_back({pass, bytes / s / 1e9, copy / s}); };
+  auto add = [&](const char* pass, double s) {
+    out.push_back({pass, bytes / s / 1e9, copy / s, 0});
+  };
+  // A pass that reads `in` and writes `out` bytes per float, against memcpy's 4 + 4.
+  auto add_moved = [&](const char* pass, double in, double written, double s) {
+    out.push_back({pass, bytes / s / 1e9, copy / s, copy / s * (in + written) / 8.0});
+  };
   add("memcpy", copy);
   add("fp16 encode", best_of(reps, [&] { gs::kernels::cast(h.data(), x.data(), count); }));
   add("fp16 decode", best_of(reps, [&] { gs::kernels::cast(y.data(), h.data(), count); }));
@@ -307,6 +329,44 @@ std::vector<kernel_row> kernel_rows(const options& o) {
         std::memset(y.data(), 0, count * sizeof(float));
         for (std::size_t j = 0; j < k; ++j) y[idx[j]] += x[idx[j]];
       }));
+  // compress::exact's three passes, per block of 256 as the codec runs them.
+  namespace gx = gs::kernels::exact;
+  constexpr int k64 = gs::compress::exact<64>::lane_bits, k32 = gs::compress::exact<32>::lane_bits;
+  std::vector<int> fields(blocks);
+  std::vector<std::int64_t> c64(count);
+  std::vector<std::int32_t> c32(count);
+  auto each = [&](auto f) {
+    for (std::size_t b = 0; b < blocks; ++b) f(b * block, std::min(block, count - b * block), b);
+  };
+  add_moved("exact exponent scan", 4, 0, best_of(reps, [&] {
+              each([&](std::size_t at, std::size_t len, std::size_t b) {
+                fields[b] = gx::scan(x.data() + at, len).field;
+              });
+            }));
+  add_moved("exact64 encode", 4, 8, best_of(reps, [&] {
+              each([&](std::size_t at, std::size_t len, std::size_t b) {
+                gx::encode<float, std::int64_t, k64>(c64.data() + at, x.data() + at, len,
+                                                     fields[b]);
+              });
+            }));
+  add_moved("exact64 decode (avg of 4)", 8, 4, best_of(reps, [&] {
+              each([&](std::size_t at, std::size_t len, std::size_t b) {
+                gx::decode<float, std::int64_t, k64>(y.data() + at, c64.data() + at, len, fields[b],
+                                                     4);
+              });
+            }));
+  add_moved("exact32 encode", 4, 4, best_of(reps, [&] {
+              each([&](std::size_t at, std::size_t len, std::size_t b) {
+                gx::encode<float, std::int32_t, k32>(c32.data() + at, x.data() + at, len,
+                                                     fields[b]);
+              });
+            }));
+  add_moved("exact32 decode (avg of 4)", 4, 4, best_of(reps, [&] {
+              each([&](std::size_t at, std::size_t len, std::size_t b) {
+                gx::decode<float, std::int32_t, k32>(y.data() + at, c32.data() + at, len, fields[b],
+                                                     4);
+              });
+            }));
   return out;
 }
 
@@ -327,25 +387,31 @@ int report(const std::vector<row>& rows, const std::vector<kernel_row>& krows, c
     bad += !r.same;
     // Lossless schemes and casts of values in [-1, 1) stay close; anything else is a bug.
     if (r.scheme == "none" && r.rel_err > 1e-6) ++bad;
+    if (r.scheme == "exact64" && r.rel_err > 1e-7) ++bad;  // correctly rounded sums
   }
   if (!krows.empty()) {
-    std::printf("# kernels on one core, %.1f MiB float: GB/s of float input, ratio to memcpy\n",
-                static_cast<double>(o.bytes) / (1 << 20));
-    for (const auto& k : krows)
-      std::printf("  %-34s %8.2f GB/s %6.2fx\n", k.pass.c_str(), k.gbs, k.vs_memcpy);
+    std::printf(
+        "# kernels on one core, %.1f MiB float: GB/s of float input, ratio to memcpy; for\n"
+        "# exact's passes also bytes read + written per second against memcpy's\n",
+        static_cast<double>(o.bytes) / (1 << 20));
+    for (const auto& k : krows) {
+      std::printf("  %-34s %8.2f GB/s %6.2fx", k.pass.c_str(), k.gbs, k.vs_memcpy);
+      if (k.moved_vs_memcpy > 0) std::printf("   moved %5.2fx", k.moved_vs_memcpy);
+      std::printf("\n");
+    }
   }
   if (!o.csv.empty()) {
     if (FILE* f = std::fopen(o.csv.c_str(), "w")) {
       std::fprintf(f,
                    "kind,scheme,ranks,transport,bytes,median_s,min_s,vs_none,wire_mb,codec_ms,rel_"
-                   "err,same,gbs,vs_memcpy\n");
+                   "err,same,gbs,vs_memcpy,moved_vs_memcpy\n");
       for (const auto& r : rows)
-        std::fprintf(f, "allreduce,%s,%zu,%s,%zu,%.6f,%.6f,%.3f,%.3f,%.3f,%.3e,%d,,\n",
+        std::fprintf(f, "allreduce,%s,%zu,%s,%zu,%.6f,%.6f,%.3f,%.3f,%.3f,%.3e,%d,,,\n",
                      r.scheme.c_str(), ranks, transport, o.bytes, r.median_s, r.min_s, r.vs,
                      r.wire_mb, r.codec_ms, r.rel_err, r.same ? 1 : 0);
       for (const auto& k : krows)
-        std::fprintf(f, "kernel,%s,1,host,%zu,,,,,,,,%.3f,%.3f\n", k.pass.c_str(), o.bytes, k.gbs,
-                     k.vs_memcpy);
+        std::fprintf(f, "kernel,%s,1,host,%zu,,,,,,,,%.3f,%.3f,%.3f\n", k.pass.c_str(), o.bytes,
+                     k.gbs, k.vs_memcpy, k.moved_vs_memcpy);
       std::fclose(f);
     } else {
       std::fprintf(stderr, "compress_perf: cannot write %s\n", o.csv.c_str());
@@ -367,14 +433,22 @@ int main(int argc, char** argv) {
     gb::mpi_group g(MPI_COMM_WORLD);
     std::vector<row> rows;
     try {
-      gs::transport::mpi t(MPI_COMM_WORLD);
-      rows = run_all(t, g, o);
+      if (o.transport == "shm") {
+        gs::transport::shm_options base;  // the arena (the tensor) and the codes' staging
+        base.heap_bytes = 4 * o.bytes + (16 << 20);
+        gs::transport::shm t(gs::transport::shm_options_from_mpi(MPI_COMM_WORLD, base));
+        rows = run_all(t, g, o);
+      } else {
+        gs::transport::mpi t(MPI_COMM_WORLD);
+        rows = run_all(t, g, o);
+      }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "compress_perf rank %zu: %s\n", g.rank(), e.what());
       gs::transport::abort_job(MPI_COMM_WORLD, 3);
     }
     if (g.rank() == 0)
-      rc = report(rows, o.kernels ? kernel_rows(o) : std::vector<kernel_row>{}, o, g.size(), "mpi");
+      rc = report(rows, o.kernels ? kernel_rows(o) : std::vector<kernel_row>{}, o, g.size(),
+                  o.transport.c_str());
   }
   rc = gs::transport::finalize_job(rc);
 #else

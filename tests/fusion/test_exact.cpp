@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -163,6 +164,48 @@ TEST_CASE("exact codes: a value alone in its block comes back bitwise (float and
   }
 }
 
+TEST_CASE("exact codes: float's branch-free encode equals the encode from the bits") {
+  // Every 4099th bit pattern (NaN and Inf included) at fields from its own up to far above
+  // it, in both lane widths: the loop the CPU vectorises codes what encode_bits codes.
+  std::vector<float> xs;
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 4099) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(u);
+    float x;
+    std::memcpy(&x, &bits, 4);
+    xs.push_back(x);
+  }
+  std::size_t wrong64 = 0, wrong32 = 0;
+  std::vector<std::int64_t> a64(1), b64(1);
+  std::vector<std::int32_t> a32(1), b32(1);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const int own =
+        std::max(1, static_cast<int>((std::bit_cast<std::uint32_t>(xs[i]) >> 23) & 255));
+    const int field = std::min(254, own + static_cast<int>(mix(i) % 70));
+    if (own == 255) continue;  // a NaN or Inf: scanned as field 0, coded as 0 (below)
+    gx::encode<float, std::int64_t, K64>(a64.data(), &xs[i], 1, field);
+    gx::encode_bits<float, std::int64_t, K64>(b64.data(), &xs[i], 1, field);
+    gx::encode<float, std::int32_t, K32>(a32.data(), &xs[i], 1, field);
+    gx::encode_bits<float, std::int32_t, K32>(b32.data(), &xs[i], 1, field);
+    wrong64 += a64[0] != b64[0];
+    wrong32 += a32[0] != b32[0];
+  }
+  CHECK(wrong64 == 0);
+  CHECK(wrong32 == 0);
+  for (float v : {NAN, INFINITY, -INFINITY}) {
+    gx::encode<float, std::int64_t, K64>(a64.data(), &v, 1, 200);
+    CHECK(a64[0] == 0);
+  }
+  // A whole block at once (the vectorised path), against the reference.
+  std::vector<std::int64_t> blk(xs.size()), ref(xs.size());
+  std::vector<float> finite;
+  for (float x : xs)
+    if (std::isfinite(x)) finite.push_back(x);
+  const int field = gx::scan(finite.data(), finite.size()).field;
+  gx::encode<float, std::int64_t, K64>(blk.data(), finite.data(), finite.size(), field);
+  gx::encode_bits<float, std::int64_t, K64>(ref.data(), finite.data(), finite.size(), field);
+  CHECK(std::equal(blk.begin(), blk.begin() + finite.size(), ref.begin()));
+}
+
 TEST_CASE("exact codes: sums over a block spanning at most 2^27 are correctly rounded") {
   for (std::size_t n : {2, 3, 5, 8}) {
     CAPTURE(n);
@@ -271,6 +314,16 @@ TEST_CASE("exact codes: float's decode through double equals the decode from the
   }
   CHECK(checked == 64 * 5 * 4096);
   CHECK(wrong == 0);
+  std::vector<std::int32_t> small(sums.size());  // 32-bit mode's codes
+  for (std::size_t i = 0; i < small.size(); ++i)
+    small[i] = static_cast<std::int32_t>(sums[i] >> 32);
+  for (std::uint64_t ranks : {1, 3, 4096}) {
+    gx::decode<float, std::int32_t, K32>(a.data(), small.data(), small.size(), 100, ranks);
+    gx::decode_bits<float, std::int32_t, K32>(b.data(), small.data(), small.size(), 100, ranks);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) differ += !same_bits(a[i], b[i]);
+    CHECK(differ == 0);
+  }
 }
 
 TEST_CASE("exact codes: denormals, signed zeros, the block maximum, MaxRanks summands") {

@@ -23,6 +23,14 @@
 
 #include "gradsync/kernels/cpu_features.hpp"
 
+// The loops below inline into their AVX2 / AVX-512 builds whatever the builds' options
+// (GCC does not inline across differing optimize attributes otherwise: scalar loops).
+#if defined(__GNUC__) && !defined(__clang__)
+#define GRADSYNC_EXACT_INLINE inline __attribute__((always_inline))
+#else
+#define GRADSYNC_EXACT_INLINE inline
+#endif
+
 namespace gradsync::kernels::exact {
 
 __extension__ typedef unsigned __int128 u128;  // double's codes span two 64-bit lanes
@@ -118,7 +126,7 @@ inline W magnitude(std::uint64_t m, int d) {
 /// codes as 0 (the block's flag carries it). The caller has checked that `field` is at
 /// least the block's own.
 template <class T, class Code, int K>
-inline void encode(Code* out, const T* x, std::size_t n, int field) {
+inline void encode_bits(Code* out, const T* x, std::size_t n, int field) {
   using L = layout<T>;
   constexpr std::size_t lanes = L::lanes;
   constexpr int P = K * static_cast<int>(lanes);
@@ -145,6 +153,58 @@ inline void encode(Code* out, const T* x, std::size_t n, int field) {
       out[2 * i] = static_cast<Code>(hi);
       out[2 * i + 1] = static_cast<Code>(c - hi * (S(1) << K));
     }
+  }
+}
+
+namespace detail {
+
+/// encode_bits for float with one lane of P <= 61 fraction bits, branch-free so it
+/// vectorises (64-bit variable shifts: AVX2): the significand is placed G bits up, then
+/// shifted right by k >= 1 keeping a guard bit, the rest of the bits a sticky test.
+template <class Code, int P>
+GRADSYNC_EXACT_INLINE void encode_float_lanes(Code* out, const float* x, std::size_t n, int field) {
+  static_assert(P <= 61, "the guard bit needs P <= 61");
+  using u64 = std::uint64_t;
+  constexpr u64 G = P > 23 ? P - 23 : 0, top = (u64{1} << P) - 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    const u64 u = bits, f = (u >> 23) & 255u;
+    const u64 non_finite = (f + 1) >> 8;
+    const u64 m = ((u & 0x7fffffu) | (((0 - f) >> 63) << 23)) & (non_finite - 1);
+    const u64 d = static_cast<u64>(field) - (f + ((f - 1) >> 63));  // below the block's field
+    u64 k = G + 24 - P + d;  // >= 1; m * 2^(P - 24 - d) = (m << G) >> k
+    k = k < 63 ? k : 63;     // (m << G) < 2^62: shifting by 63 already gives 0
+    const u64 t = m << G, c0 = t >> (k - 1);
+    const u64 sticky = (c0 << (k - 1)) != t, q = c0 >> 1;
+    u64 c = q + (c0 & 1 & (sticky | q));  // round half to even
+    c = c < top ? c : top;
+    const u64 neg = 0 - (u >> 31);
+    out[i] = static_cast<Code>(static_cast<std::int64_t>((c ^ neg) - neg));
+  }
+}
+
+#if GRADSYNC_HOST_AVX2
+template <class Code, int P>
+__attribute__((target("avx2"))) void encode_float_avx2(Code* out, const float* x, std::size_t n,
+                                                       int field) {
+  encode_float_lanes<Code, P>(out, x, n, field);
+}
+#endif
+
+}  // namespace detail
+
+/// Codes n values of one block (encode_bits' result): float's through the branch-free
+/// loop (AVX2 where the CPU has it), double's and wide lanes' from encode_bits.
+template <class T, class Code, int K>
+inline void encode(Code* out, const T* x, std::size_t n, int field) {
+  if constexpr (std::is_same_v<T, float> && K <= 61) {
+#if GRADSYNC_HOST_AVX2
+    if (kernels::detail::has_avx2()) return detail::encode_float_avx2<Code, K>(out, x, n, field);
+#endif
+    detail::encode_float_lanes<Code, K>(out, x, n, field);
+  } else {
+    encode_bits<T, Code, K>(out, x, n, field);
   }
 }
 
@@ -233,13 +293,13 @@ namespace detail {
 /// conversion rounds to nearest. Returns false when some element needs decode_bits: a sum
 /// of 2^62 or more, or a result below float's normal range (where FTZ would flush it).
 /// Branch-free, so it vectorises where the target converts 64-bit integers in vectors.
-template <bool Avg>
-inline bool decode_float_via_double(float* y, const std::int64_t* s, std::size_t n, int scale,
-                                    double ranks) {
+template <bool Avg, class Code>
+GRADSYNC_EXACT_INLINE bool decode_float_via_double(float* y, const Code* s, std::size_t n,
+                                                   int scale, double ranks) {
   const double unit = std::ldexp(1.0, scale);
   std::uint64_t redo = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t S = s[i], sign = S >> 63;
+    const std::int64_t S = s[i], sign = S >> 63;  // (a 32-bit code widens)
     const std::uint64_t U = static_cast<std::uint64_t>((S ^ sign) - sign);
     double d = static_cast<double>(static_cast<std::int64_t>(U));
     const std::uint64_t back =
@@ -268,9 +328,9 @@ inline bool decode_float_via_double(float* y, const std::int64_t* s, std::size_t
 // GCC vectorises the loop above only without trapping math (the conversions would
 // otherwise count as control flow); values are the same, only exception flags may differ.
 #define GRADSYNC_EXACT_AVX512 1
-template <bool Avg>
+template <bool Avg, class Code>
 __attribute__((target("avx512f,avx512dq,avx512vl"), optimize("no-trapping-math"))) bool
-decode_float_avx512(float* y, const std::int64_t* s, std::size_t n, int scale, double ranks) {
+decode_float_avx512(float* y, const Code* s, std::size_t n, int scale, double ranks) {
   return decode_float_via_double<Avg>(y, s, n, scale, ranks);
 }
 #else
@@ -299,12 +359,12 @@ inline void decode_bits(T* y, const Code* s, std::size_t n, int field, std::uint
 }
 
 /// Decodes n summed codes of one block at the agreed scale `field` into y, divided by
-/// `ranks` (1 for a sum): float's 64-bit codes through double (vectorised with AVX-512
-/// where the CPU has it), everything else, and any block that path declines, from the
-/// bits. Both give the same correctly rounded result.
+/// `ranks` (1 for a sum): float's codes through double (vectorised with AVX-512 where the
+/// CPU has it); double's, and any block that path declines, from the bits. Both give the
+/// same correctly rounded result.
 template <class T, class Code, int K>
 inline void decode(T* y, const Code* s, std::size_t n, int field, std::uint64_t ranks) {
-  if constexpr (std::is_same_v<T, float> && std::is_same_v<Code, std::int64_t>) {
+  if constexpr (std::is_same_v<T, float>) {
     const int scale = field - layout<T>::bias + 1 - K;
     const double r = static_cast<double>(ranks);
     bool done;
