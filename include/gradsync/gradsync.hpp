@@ -27,6 +27,7 @@
 #include "gradsync/process_set.hpp"
 #include "gradsync/compress/error_feedback.hpp"
 #include "gradsync/compress/exact.hpp"
+#include "gradsync/compress/exact_accumulator.hpp"
 #include "gradsync/compress/int8.hpp"
 #include "gradsync/compress/powersgd.hpp"
 #include "gradsync/compress/topk.hpp"

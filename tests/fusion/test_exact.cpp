@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <gradsync/compress/exact.hpp>
+#include <gradsync/compress/exact_accumulator.hpp>
 #include <gradsync/gradsync.hpp>
 
 #include "fusion_helpers.hpp"
@@ -615,4 +616,142 @@ TEST_CASE("exact: a group larger than MaxRanks is refused, naming the fix") {
     CHECK(e.find("this group has 3") != std::string::npos);
     CHECK(e.find("raise MaxRanks") != std::string::npos);
   }
+}
+
+namespace {
+
+// Contribution c (of 8) of a three-tensor layout: float "micro-batch gradients".
+std::vector<float> micro_batch(std::size_t c, const std::vector<std::size_t>& counts, int spread,
+                               float scale = 1.0f) {
+  std::vector<float> x;
+  for (std::size_t k = 0; k < counts.size(); ++k)
+    for (std::size_t i = 0; i < counts[k]; ++i) x.push_back(scale * contribution(c, k, i, spread));
+  return x;
+}
+
+using accumulator = gs::compress::exact_accumulator<>;
+
+// n ranks share the 8 contributions (rank r adds those that `owner` gives it), for two
+// steps (the second's contributions 4x the first's); returns rank 0's sums per step, the
+// redo count and whether every rank agreed.
+struct acc_out {
+  std::vector<std::vector<float>> sums;
+  std::size_t redos = 0;
+  bool agree = true;
+};
+template <class Algo>
+acc_out accumulate(std::size_t n, const std::vector<std::size_t>& owner, int spread) {
+  const std::vector<std::size_t> counts = {1000, 3, 70001};
+  acc_out out;
+  std::vector<std::vector<std::vector<float>>> got(n);
+  std::vector<std::size_t> redos(n);
+  gs::transport::run_local(n, [&](local& t) {
+    accumulator acc(counts);
+    for (float scale : {1.0f, 4.0f}) {
+      for (int attempt = 0;; ++attempt) {
+        acc.begin();
+        for (std::size_t c = 0; c < 8; ++c)
+          if (owner[c] % n == t.rank()) acc.add(micro_batch(c, counts, spread, scale));
+        gs::allreduce<Algo>(t, acc.fields(), gs::op::max);
+        if (!acc.needs_redo()) break;
+        REQUIRE(attempt == 0);  // the redo's exponents are the agreed ones: it fits
+        ++redos[t.rank()];
+      }
+      gs::allreduce<Algo>(t, acc.codes(), gs::op::sum);
+      std::vector<float> sum(acc.size());
+      acc.decode(sum);
+      got[t.rank()].push_back(sum);
+    }
+  });
+  out.sums = got[0];
+  out.redos = redos[0];
+  for (std::size_t r = 0; r < n; ++r)
+    out.agree = out.agree && got[r] == got[0] && redos[r] == redos[0];
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("exact_accumulator: 1, 2, 3, 4 and 8 ranks sharing 8 contributions, the same bits") {
+  gs::testbed::watchdog wd(240, "exact accumulator");
+  const std::vector<std::size_t> plain = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (int spread : {20, 60}) {
+    CAPTURE(spread);
+    const acc_out one = accumulate<gs::algo::ring>(1, plain, spread);
+    CHECK(one.redos == 1);  // the first step: exponents start at the bottom
+    for (std::size_t n : {2, 3, 4, 8}) {
+      CAPTURE(n);
+      const acc_out o = accumulate<gs::algo::ring>(n, plain, spread);
+      CHECK(o.agree);
+      CHECK(o.redos == one.redos);
+      REQUIRE(o.sums.size() == 2);
+      CHECK(differing(o.sums[0], one.sums[0]) == 0);
+      CHECK(differing(o.sums[1], one.sums[1]) == 0);
+    }
+    const acc_out tree = accumulate<gs::algo::tree>(3, {5, 2, 7, 0, 1, 6, 3, 4}, spread);
+    CHECK(differing(tree.sums[1], one.sums[1]) == 0);
+    if (spread == 20) {  // within 2^27 per block: the correctly rounded exact sum
+      const std::vector<std::size_t> counts = {1000, 3, 70001};
+      std::vector<std::vector<float>> mbs;
+      for (std::size_t c = 0; c < 8; ++c) mbs.push_back(micro_batch(c, counts, spread));
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < mbs[0].size(); ++i) {
+        std::vector<float> col;
+        for (const auto& m : mbs) col.push_back(m[i]);
+        const auto [num, e] = exact_sum(col);
+        wrong += !same_bits(one.sums[0][i], reference(num, e, 1));
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("exact_accumulator: a step that grows redoes once; NaN marks its block; limits") {
+  const std::vector<std::size_t> counts = {300};
+  accumulator acc(counts);
+  auto step = [&](float v, std::size_t contributions) {
+    std::size_t redos = 0;
+    for (;;) {
+      acc.begin();
+      for (std::size_t c = 0; c < contributions; ++c) {
+        std::vector<float> x(300, v);
+        x[299] = c == 0 ? 0.5f : 0.0f;
+        acc.add(x);
+      }
+      if (!acc.needs_redo()) break;  // one rank: fields() is already the maximum
+      ++redos;
+    }
+    std::vector<float> out(300);
+    acc.decode(out);
+    return std::pair{redos, out};
+  };
+  auto [r0, s0] = step(1.0f, 3);
+  CHECK(r0 == 1);
+  CHECK(s0[0] == 3.0f);
+  CHECK(s0[299] == 0.5f);
+  CHECK(s0[256] == 3.0f);         // the second block (tensor-aligned: 256 + 44)
+  auto [r1, s1] = step(3.0f, 3);  // within the headroom (2 bits): no redo
+  CHECK(r1 == 0);
+  CHECK(s1[0] == 9.0f);
+  auto [r2, s2] = step(100.0f, 2);  // above it: one redo, then exact
+  CHECK(r2 == 1);
+  CHECK(s2[0] == 200.0f);
+  acc.begin();
+  std::vector<float> bad(300, 1.0f);
+  bad[5] = NAN;
+  acc.add(bad);
+  CHECK_FALSE(acc.needs_redo());
+  std::vector<float> out(300);
+  acc.decode(out);
+  CHECK(std::isnan(out[0]));  // the NaN's block
+  CHECK(out[256] == 1.0f);    // the next block is untouched
+  std::vector<float> wrong_size(299);
+  CHECK_THROWS_WITH_AS(acc.add(wrong_size), doctest::Contains("a contribution of 299 floats"),
+                       gs::error);
+  gs::compress::exact_accumulator<64, 256, 2> small(counts);
+  small.begin();
+  std::vector<float> one(300, 1.0f);
+  small.add(one);
+  small.add(one);
+  CHECK_THROWS_WITH_AS(small.add(one), doctest::Contains("raise MaxContributions"), gs::error);
 }
