@@ -30,10 +30,17 @@
 
 namespace mini_trainer {
 
+/// The arithmetic modes a checkpoint records: --exact-grads in bit 0, the micro-batch
+/// count of --reproducible above it (0: not reproducible).
+inline std::uint64_t exact_mode(const config& c) {
+  return (c.exact_grads ? 1u : 0u) | (c.reproducible ? std::uint64_t{c.micro_batches} << 1 : 0);
+}
+
 /// Everything needed to continue a run as if it had never stopped.
 struct train_state {
   std::vector<std::size_t> dims;  // model shape
-  std::uint64_t batch = 0, seed = 0, exact = 0;
+  std::uint64_t batch = 0, seed = 0;
+  std::uint64_t exact = 0;  // bit 0: --exact-grads; above: --reproducible's micro-batches
   float lr = 0, momentum = 0;
   std::uint64_t epoch = 0;          // epoch in progress (0-based)
   std::uint64_t step_in_epoch = 0;  // global batches of `epoch` already applied
@@ -348,9 +355,18 @@ inline void check_compatible(const train_state& s, const std::string& path, cons
     throw usage_error("checkpoint " + path + " was trained with --seed " + std::to_string(s.seed) +
                       " but this run uses --seed " + std::to_string(c.seed));
   }
-  if ((s.exact != 0) != c.exact_grads) {
-    throw usage_error("checkpoint " + path + (s.exact ? " was" : " was not") +
+  if (((s.exact & 1) != 0) != c.exact_grads) {
+    throw usage_error("checkpoint " + path + ((s.exact & 1) ? " was" : " was not") +
                       " trained with --exact-grads; pass the same mode to resume");
+  }
+  if (s.exact >> 1 != exact_mode(c) >> 1) {
+    const auto mode = [](std::uint64_t m) {
+      return m ? "--reproducible --micro-batches " + std::to_string(m)
+               : std::string("no --reproducible");
+    };
+    throw usage_error("checkpoint " + path + " was trained with " + mode(s.exact >> 1) +
+                      ", this run uses " + mode(exact_mode(c) >> 1) +
+                      " (the gradient's arithmetic); pass the same to resume");
   }
 }
 

@@ -49,6 +49,8 @@ struct config {
   std::size_t checkpoint_every = 0;  // global steps between checkpoints; 0 = epoch ends only
   bool resume = false;
   bool exact_grads = false;          // quantized math so gradient sums are exact (tests)
+  bool reproducible = false;         // gradients as exact integer sums of micro-batches
+  std::size_t micro_batches = 8;     // --reproducible: contributions per global batch
   bool shard_optimizer = false;      // reduce-scatter grads, update a shard, allgather weights
   bool seed_per_rank = false;        // each rank draws its start from seed + rank (tests)
   std::size_t progress_every = 100;  // steps between progress lines; 0 = none
@@ -106,6 +108,12 @@ inline std::string usage_text() {
          "  --checkpoint DIR --checkpoint-every K   atomic checkpoints every K steps\n"
          "  --resume                    continue from the latest checkpoint in DIR\n"
          "  --exact-grads               exactly summable gradients (test mode)\n"
+         "  --reproducible              the same weights for any rank count, transport,\n"
+         "                              algorithm and bucket size: each micro-batch's\n"
+         "                              gradient is summed as exact integer codes\n"
+         "                              (compress::exact_accumulator); ordinary float math\n"
+         "  --micro-batches M           --reproducible: the global batch in M fixed parts,\n"
+         "                              shared by the ranks (8; at least the rank count)\n"
          "  --shard-optimizer           each rank updates 1/n of the weights and keeps that\n"
          "                              shard's momentum: reduce-scatter the gradients,\n"
          "                              allgather the weights (ZeRO-1; --fusion none only)\n"
@@ -243,6 +251,10 @@ inline config parse_args(int argc, char** argv, config c = {},
       c.resume = true;
     else if (a == "--exact-grads")
       c.exact_grads = true;
+    else if (a == "--reproducible")
+      c.reproducible = true;
+    else if (a == "--micro-batches")
+      c.micro_batches = parse_uint(a, value(), 256);  // compress::exact_accumulator's default
     else if (a == "--progress-every")
       c.progress_every = parse_uint(a, value());
     else if (a == "--shard-optimizer")
@@ -311,6 +323,17 @@ inline config parse_args(int argc, char** argv, config c = {},
         "--shard-optimizer reduce-scatters the whole gradient in one call; it "
         "takes no --fusion bucket or --compress");
   }
+  if (c.micro_batches == 0) throw usage_error("--micro-batches must be positive");
+  if (c.reproducible && c.micro_batches > c.batch) {
+    throw usage_error("--micro-batches " + std::to_string(c.micro_batches) +
+                      " is more than the global batch of " + std::to_string(c.batch) +
+                      " (--batch): every micro-batch needs a sample");
+  }
+  if (c.reproducible && (c.compress != "none" || c.shard_optimizer)) {
+    throw usage_error(std::string("--reproducible sums integer codes through the plain "
+                                  "allreduce; it takes no ") +
+                      (c.shard_optimizer ? "--shard-optimizer" : "--compress " + c.compress));
+  }
   if (c.topk_permille != 1 && c.topk_permille != 10) {
     throw usage_error("--topk-permille must be 1 or 10 (compile-time choices), got " +
                       std::to_string(c.topk_permille));
@@ -345,6 +368,11 @@ inline std::size_t checked_steps_per_epoch(const config& cfg, std::size_t ranks,
   if (B < n) {
     throw usage_error("--batch " + std::to_string(B) + " is smaller than the " + std::to_string(n) +
                       " ranks; every rank needs at least one sample");
+  }
+  if (cfg.reproducible && n > cfg.micro_batches) {
+    throw usage_error("--reproducible splits the global batch into " +
+                      std::to_string(cfg.micro_batches) + " micro-batches (--micro-batches), " +
+                      "fewer than the " + std::to_string(n) + " ranks; raise --micro-batches");
   }
   if (cfg.exact_grads && !detail::is_pow2(n)) {
     throw usage_error("--exact-grads needs a power-of-two rank count (1, 2, 4, ...), got " +

@@ -8,6 +8,7 @@
 // and refused at run time with the list of what this transport supports.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,13 +31,27 @@ struct dispatch_entry {
   std::string_view algo;    // --algo value
   std::string_view fusion;  // --fusion value
   sync_factory<Tr> make;
-  std::string_view compress = "none";  // compress_key() of the flags (config.hpp)
+  std::string_view compress = "none";     // compress_key() of the flags (config.hpp)
+  code_factory<Tr> make_codes = nullptr;  // --reproducible's (uncompressed entries)
 };
 
 template <class Tr, class A>
 std::unique_ptr<gradient_sync> make_per_tensor(Tr& t, std::vector<std::span<float>> g,
                                                std::vector<gradsync::matrix_shape>, std::size_t) {
   return std::make_unique<per_tensor_sync<Tr, A>>(t, std::move(g));
+}
+template <class Tr, class A>
+std::unique_ptr<gradient_sync> make_per_tensor_codes(Tr& t, std::vector<std::span<std::int64_t>> c,
+                                                     std::size_t) {
+  return std::make_unique<per_tensor_sync<Tr, A, std::int64_t, gradsync::op::sum_t>>(t,
+                                                                                     std::move(c));
+}
+template <class Tr, class A>
+std::unique_ptr<gradient_sync> make_bucket_codes(Tr& t, std::vector<std::span<std::int64_t>> c,
+                                                 std::size_t bucket_bytes) {
+  return std::make_unique<bucket_sync<Tr, A, gradsync::fusion::bucket<(1u << 20)>,
+                                      gradsync::compress::none, std::int64_t, gradsync::op::sum_t>>(
+      t, std::move(c), std::vector<gradsync::matrix_shape>{}, bucket_bytes);
 }
 /// The bucket policy's own size is only the default; the run's cap replaces it.
 template <class Tr, class A, class C = gradsync::compress::none>
@@ -81,8 +96,8 @@ inline constexpr bool compressed_algorithm =
 template <class Tr, class A>
 void add_algorithm(std::vector<dispatch_entry<Tr>>& t, std::string_view name) {
   if constexpr (gradsync::runs_on_v<A, Tr>) {
-    t.push_back({name, "none", &make_per_tensor<Tr, A>});
-    t.push_back({name, "bucket", &make_bucket<Tr, A>});
+    t.push_back({name, "none", &make_per_tensor<Tr, A>, "none", &make_per_tensor_codes<Tr, A>});
+    t.push_back({name, "bucket", &make_bucket<Tr, A>, "none", &make_bucket_codes<Tr, A>});
     if constexpr (compressed_algorithm<A>) add_compressed<Tr, A>(t, name);
   }
 }
@@ -109,7 +124,7 @@ std::string dispatch(Tr& t, const run_context& ctx) {
   const std::string compress = compress_key(c);
   for (const auto& e : entries) {
     if (e.algo == algo_name(c.algo) && e.fusion == c.fusion && e.compress == compress) {
-      return train_rank<Tr>(t, ctx, e.make);
+      return train_rank<Tr>(t, ctx, e.make, e.make_codes);
     }
   }
   std::string have;

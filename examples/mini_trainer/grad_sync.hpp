@@ -10,6 +10,9 @@
 //                      backward pass.
 //   --compress C    -> the same with compression policy C (compress::fp16, int8<>,
 //                      error_feedback<topk<10>>, ...; see dispatch.hpp).
+//   --reproducible  -> either of the first two over the int64 codes of
+//                      compress::exact_accumulator, summed (op::sum), after the step's
+//                      micro-batches are all added.
 // The training loop sees only the small virtual interface `gradient_sync`, so it is
 // compiled once per transport, not once per (algorithm, fusion) pair.
 #pragma once
@@ -37,42 +40,46 @@ class gradient_sync {
 };
 
 /// fusion none: one blocking allreduce per tensor, after the whole backward pass.
-template <class Transport,  ///< a gradsync::transport_policy, or a two_level
-          class Algorithm>  ///< an algorithm for Transport (hierarchical on a two_level)
+template <class Transport,                 ///< a gradsync::transport_policy, or a two_level
+          class Algorithm,                 ///< an algorithm for Transport
+          class T = float,                 ///< the tensors' type (int64_t: --reproducible)
+          class Op = gradsync::op::avg_t>  ///< avg of gradients, sum of codes
 class per_tensor_sync final : public gradient_sync {
  public:
-  per_tensor_sync(Transport& t, std::vector<std::span<float>> tensors)
+  per_tensor_sync(Transport& t, std::vector<std::span<T>> tensors)
       : t_(t), tensors_(std::move(tensors)) {}
   void layer_ready(std::size_t) override {}
   void finish() override {
-    for (auto s : tensors_) gradsync::allreduce<Algorithm>(t_, s, gradsync::op::avg);
+    for (auto s : tensors_) gradsync::allreduce<Algorithm>(t_, s, Op{});
   }
 
  private:
   Transport& t_;
-  std::vector<std::span<float>> tensors_;
+  std::vector<std::span<T>> tensors_;
 };
 
 /// fusion bucket: the allreducer façade with a static bucket plan and overlap.
 template <class Transport,  ///< a gradsync::transport_policy, or a two_level
           class Algorithm,  ///< an algorithm for Transport (hierarchical on a two_level)
           class Fusion,     ///< gradsync::fusion::bucket<Bytes>
-          class Compression = gradsync::compress::none>  ///< what goes on the wire
+          class Compression = gradsync::compress::none,  ///< what goes on the wire
+          class T = float,                 ///< the tensors' type (int64_t: --reproducible)
+          class Op = gradsync::op::avg_t>  ///< avg of gradients, sum of codes
 class bucket_sync final : public gradient_sync {
  public:
   /// `tensors` are W1, b1, W2, b2, ...: layer l owns tensors 2l and 2l+1; `shapes` their
   /// matrix shapes (W: out x in; biases none), for compress::powersgd; `bucket_bytes` the
   /// bucket cap (0: Fusion's).
-  bucket_sync(Transport& t, std::vector<std::span<float>> tensors,
+  bucket_sync(Transport& t, std::vector<std::span<T>> tensors,
               std::vector<gradsync::matrix_shape> shapes = {}, std::size_t bucket_bytes = 0)
       : sync_(t, options(bucket_bytes)) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       sync_.add(tensors[i], (i % 2 ? "b" : "W") + std::to_string(i / 2 + 1),
                 i < shapes.size() ? shapes[i] : gradsync::matrix_shape{});
     }
-    // Collective: every rank registered the same list. Floats only: the trainer's build
+    // Collective: every rank registered the same list. One type only: the trainer's build
     // instantiates a step per (algorithm, compression), for this one type.
-    sync_.commit(gradsync::op::avg, gradsync::element_types<float>{});
+    sync_.commit(Op{}, gradsync::element_types<T>{});
   }
   void layer_ready(std::size_t l) override {
     sync_.ready(2 * l);

@@ -28,6 +28,7 @@
 #include "checkpoint.hpp"
 #include "config.hpp"
 #include "data.hpp"
+#include "exact_sum.hpp"
 #include "grad_sync.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
@@ -73,6 +74,12 @@ using sync_factory = std::unique_ptr<gradient_sync> (*)(Tr&, std::vector<std::sp
                                                         std::vector<gradsync::matrix_shape>,
                                                         std::size_t);
 
+/// --reproducible's synchronizer: over the int64 codes of each gradient tensor (op::sum),
+/// with the bucket cap in bytes.
+template <class Tr>
+using code_factory = std::unique_ptr<gradient_sync> (*)(Tr&, std::vector<std::span<std::int64_t>>,
+                                                        std::size_t);
+
 /// ", built at -O1 ..." when -Dtrainer_optimization lowered the level (scripts/test).
 inline const char* build_note() {
 #if defined(MINI_TRAINER_OPT_LEVEL) && MINI_TRAINER_OPT_LEVEL < 2
@@ -86,7 +93,8 @@ inline const char* build_note() {
 /// Runs the whole training on rank t.rank(); returns the final line (same on every rank).
 /// Compiled once per transport: the (algorithm, fusion) choice is behind `make_sync`.
 template <class Tr>
-std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync) {
+std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync,
+                       code_factory<Tr> make_codes = nullptr) {
   namespace gs = gradsync;
   using clk = std::chrono::steady_clock;
   const config& cfg = ctx.cfg;
@@ -108,18 +116,27 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
   const std::size_t max_shard = (B + n - 1) / n;
   const std::size_t eval_chunk = 256;
   mlp net(ctx.shape, std::max(max_shard, eval_chunk), cfg.exact_grads);
+  const std::size_t bucket_bytes =
+      static_cast<std::size_t>(std::llround(cfg.bucket_mb * 1024 * 1024));
+  // --reproducible: each micro-batch's gradient coded into integers at once (exact sums
+  // in any order), and the codes are what the synchronizer sums.
+  std::optional<exact_sum> exact;
+  if (cfg.reproducible) {
+    if (!make_codes) throw usage_error("--reproducible: this --algo/--fusion has no code sync");
+    exact.emplace(ctx.shape.tensors(g));
+  }
   const std::unique_ptr<gradient_sync> sync =
-      make_sync(t, ctx.shape.tensors(g), ctx.shape.matrix_shapes(),
-                static_cast<std::size_t>(std::llround(cfg.bucket_mb * 1024 * 1024)));
+      exact ? make_codes(t, exact->code_tensors(), bucket_bytes)
+            : make_sync(t, ctx.shape.tensors(g), ctx.shape.matrix_shapes(), bucket_bytes);
   std::vector<std::uint8_t> y(std::max(max_shard, eval_chunk));
   trainer_metrics metrics(r, cfg);  // GRADSYNC_METRICS: this rank's Prometheus file
 
   // Small collectives on doubles, always with algo::ring (hierarchical<ring> over two
   // levels): statistics and hashes (sums of integers below 2^53 and of values added to
   // zeros are exact, so every rank gets the same bits).
+  using ring_here = std::conditional_t<gs::transport::is_two_level_v<Tr>, gs::algo::hierarchical<>,
+                                       gs::algo::ring>;
   auto allreduce_sum = [&](std::vector<double>& x) {
-    using ring_here = std::conditional_t<gs::transport::is_two_level_v<Tr>,
-                                         gs::algo::hierarchical<>, gs::algo::ring>;
     gs::allreduce<ring_here>(t, std::span<double>(x), gs::op::sum);
   };
 
@@ -172,10 +189,14 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
   } else {
     say("mini_trainer: model %s (%zu parameters), %zu ranks, transport %s, algo %s, fusion %s, "
         "compress %s, global batch %zu (%zu per rank), lr %g, momentum %g, %zu train / %zu test "
-        "samples%s%s\n",
+        "samples%s%s%s\n",
         ctx.shape.str().c_str(), w.size(), n, std::string(Tr::name).c_str(), cfg.algo.c_str(),
         cfg.fusion.c_str(), compress_key(cfg).c_str(), B, max_shard, double(cfg.lr),
         double(cfg.momentum), ctx.train.n, ctx.test.n, cfg.exact_grads ? ", exact grads" : "",
+        cfg.reproducible
+            ? (", reproducible sums of " + std::to_string(cfg.micro_batches) + " micro-batches")
+                  .c_str()
+            : "",
         build_note());
   }
 
@@ -254,19 +275,51 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
     const std::size_t first_step = st.step_in_epoch;
     for (std::size_t s = first_step; s < steps_per_epoch; ++s) {
       const auto t0 = clk::now();
-      const std::size_t lo = r * B / n, hi = (r + 1) * B / n, m = hi - lo;
-      for (std::size_t i = 0; i < m; ++i) shard_idx[i] = perm[s * B + lo + i];
-      gather_batch(ctx.train, shard_idx.data(), m, net.input(), y.data());
-      const auto bs = net.forward(w, y.data(), m);
-      net.backward(w, y.data(), m, static_cast<float>(double(n) / double(B)), g,
-                   [&](std::size_t l) {
-                     if (!shard) sync->layer_ready(l);
-                   });
-      const auto ts = clk::now();
-      if (shard) {
-        shard->step(w, g, cfg.lr, cfg.momentum);  // the update is part of the sync here
-      } else {
+      // Rank r's samples of the global batch [lo, hi) into the model; returns the count.
+      auto load = [&](std::size_t lo, std::size_t hi) {
+        for (std::size_t i = lo; i < hi; ++i) shard_idx[i - lo] = perm[s * B + i];
+        gather_batch(ctx.train, shard_idx.data(), hi - lo, net.input(), y.data());
+        return hi - lo;
+      };
+      auto count = [&](const mlp::batch_stats& bs, std::size_t m) {
+        mine_loss += bs.loss_sum, mine_correct += double(bs.correct), mine_seen += double(m);
+      };
+      clk::time_point ts;
+      if (exact) {
+        // Micro-batch j is [j B / M, (j + 1) B / M) of the global batch on any rank count;
+        // its gradient (of the batch's mean loss) is coded as soon as it is computed.
+        const std::size_t M = cfg.micro_batches;
+        exact->accumulate(
+            [&](exact_sum::accumulator& acc, std::size_t attempt) {
+              for (std::size_t j = r; j < M; j += n) {
+                const std::size_t m = load(j * B / M, (j + 1) * B / M);
+                const auto bs = net.forward(w, y.data(), m);
+                net.backward(w, y.data(), m, static_cast<float>(1.0 / double(B)), g);
+                acc.add(g);
+                if (attempt == 0) count(bs, m);
+              }
+            },
+            [&](std::span<std::int8_t> fields) {
+              gs::allreduce<ring_here>(t, fields, gs::op::max);
+            });
+        ts = clk::now();
+        for (std::size_t l = 0; l < ctx.shape.layers(); ++l) sync->layer_ready(l);
         sync->finish();
+        exact->decode(g);
+      } else {
+        const std::size_t m = load(r * B / n, (r + 1) * B / n);
+        const auto bs = net.forward(w, y.data(), m);
+        net.backward(w, y.data(), m, static_cast<float>(double(n) / double(B)), g,
+                     [&](std::size_t l) {
+                       if (!shard) sync->layer_ready(l);
+                     });
+        count(bs, m);
+        ts = clk::now();
+        if (shard) {
+          shard->step(w, g, cfg.lr, cfg.momentum);  // the update is part of the sync here
+        } else {
+          sync->finish();
+        }
       }
       const auto te = clk::now();
       if (!shard) sgd_momentum_step(w, v, g, cfg.lr, cfg.momentum);
@@ -275,7 +328,6 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
       const double ds = std::chrono::duration<double>(te - ts).count();
       step_s += dt, sync_s += ds, win_step += dt, win_sync += ds, ++win_steps;
       metrics.step(dt, ds);
-      mine_loss += bs.loss_sum, mine_correct += double(bs.correct), mine_seen += double(m);
       ++st.global_step;
       st.step_in_epoch = s + 1;
       if (cfg.print_grad_hash && r == 0 && !shard) {  // sharded: no rank holds all of it
@@ -341,6 +393,10 @@ std::string train_rank(Tr& t, const run_context& ctx, sync_factory<Tr> make_sync
       drop_momentum();
     }
   }
+  if (exact) {
+    say("reproducible sums: %zu of %zu steps redone (a block outgrew its exponent)\n",
+        exact->redos(), std::size_t(st.global_step));
+  }
   if (stopped) {
     replica_check("at --stop-after");
     say("stopped after global step %zu (--stop-after)\n", std::size_t(st.global_step));
@@ -363,7 +419,7 @@ inline train_state initial_state(const config& cfg, const mlp_shape& shape, std:
   }
   train_state s;
   s.dims = shape.dims;
-  s.batch = cfg.batch, s.seed = cfg.seed, s.exact = cfg.exact_grads;
+  s.batch = cfg.batch, s.seed = cfg.seed, s.exact = exact_mode(cfg);
   s.lr = cfg.lr, s.momentum = cfg.momentum;
   s.epoch_rng = rng(cfg.seed).state();
   s.ranks = ranks;

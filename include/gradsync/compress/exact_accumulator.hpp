@@ -103,10 +103,10 @@ class exact_accumulator {
                       " floats, the layout has " + std::to_string(count_));
     }
     if (++added_ > MaxContributions) {
-      throw error(errc::invalid_argument, error_site(),
-                  "exact_accumulator: more than MaxContributions = " +
-                      std::to_string(MaxContributions) +
-                      " contributions in one step (the codes' headroom); raise MaxContributions");
+      throw error(
+          errc::invalid_argument, error_site(),
+          "exact_accumulator: more than MaxContributions = " + std::to_string(MaxContributions) +
+              " contributions in one step (the codes' headroom); raise MaxContributions");
     }
     for (std::size_t b = 0; b < blocks_.size(); ++b) {
       const auto [at, len] = blocks_[b];
