@@ -44,4 +44,20 @@ for variant in "2 two_level hierarchical bucket" "2 mpi ring none" "2,1 mpi auto
   [ "$(sort -u <<<"$finals")" = "$want" ] || { echo "$finals"; fail "$variant: final lines differ from 4 local ranks' '$want'"; }
   echo "ok: $variant ($n ranks on 2 hosts): $want"
 done
+# --reproducible (ordinary float math): 2 + 1 ranks on 2 hosts end with the weights of
+# 1 rank on one host.
+rep=(--epochs 1 --limit 2048 --batch 256 --reproducible --quiet)
+run rep_ref --transport local --ranks 1 "${rep[@]}"
+expect_ok rep_ref
+rep_want=$(final_of "$TMP/rep_ref.out")
+rc=0
+"$vc" run --mpi "$flavour" --hosts 2 --ppn 2,1 --timeout 200 -- "$M" --data "$DATA" \
+  --transport mpi --algo auto --fusion bucket --bucket-mb 0.25 "${rep[@]}" \
+  >"$TMP/rep.out" 2>"$TMP/rep.err" || rc=$?
+if [ "$rc" -ne 0 ] && grep -q 'MPI_Finalize did not return' "$TMP/rep.err"; then rc=0; fi
+expect_ok rep
+finals=$(grep -oE 'final epoch=[0-9]+ test_acc=[0-9.]+ loss=[0-9.]+ weights_fnv64=[0-9a-f]{16}' "$TMP/rep.out")
+[ "$(wc -l <<<"$finals")" -eq 3 ] || { cat "$TMP/rep.out"; fail "--reproducible 2 + 1 ranks: expected 3 final lines"; }
+[ "$(sort -u <<<"$finals")" = "$rep_want" ] || { echo "$finals"; fail "--reproducible 2 + 1 ranks on 2 hosts differ from 1 local rank's '$rep_want'"; }
+echo "ok: --reproducible, 2 + 1 ranks on 2 hosts == 1 rank: $rep_want"
 echo "PASS: across 2 hosts == 4 ranks on one host: $want"

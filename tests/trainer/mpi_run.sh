@@ -39,4 +39,26 @@ for variant in "2 ring none mpi" "4 native none mpi +verify" "4 ring bucket mpi 
     <(grep -oE 'grad step=[0-9]+ fnv64=[0-9a-f]{16}' "$TMP/$name.out") ||
     fail "$variant: gradient hashes differ from 1 rank"
 done
-echo "PASS: mpi and two_level, 2/4 processes == 1 rank: $want"
+# --reproducible in ordinary float math: 3 processes over mpi and 4 over two_level end
+# with the gradients and weights of 1 in-process rank.
+rep=(--epochs 1 --limit 2048 --batch 256 --reproducible --print-grad-hash --quiet)
+run rep_ref --ranks 1 "${rep[@]}"
+expect_ok rep_ref
+rep_want=$(final_of "$TMP/rep_ref.out")
+for variant in "3 ring none mpi" "4 hierarchical bucket two_level --node-ranks 2"; do
+  set -- $variant
+  name="rep_$4$1_$2_$3"
+  n=$1 algo=$2 fusion=$3 transport=$4
+  shift 4
+  rc=0
+  timeout 150 "$MPIRUN" "${MPIARGS[@]}" -n "$n" "$M" --transport "$transport" "$@" --data "$DATA" \
+    --algo "$algo" --fusion "$fusion" --bucket-mb 0.25 "${rep[@]}" >"$TMP/$name.out" 2>"$TMP/$name.err" || rc=$?
+  expect_ok "$name"
+  finals=$(grep -oE 'final epoch=[0-9]+ test_acc=[0-9.]+ loss=[0-9.]+ weights_fnv64=[0-9a-f]{16}' "$TMP/$name.out")
+  [ "$(wc -l <<<"$finals")" -eq "$n" ] || { cat "$TMP/$name.out"; fail "--reproducible $variant: expected $n final lines"; }
+  [ "$(sort -u <<<"$finals")" = "$rep_want" ] || { echo "$finals"; fail "--reproducible $variant: final lines differ from 1 rank's '$rep_want'"; }
+  cmp -s <(grep -oE 'grad step=[0-9]+ fnv64=[0-9a-f]{16}' "$TMP/rep_ref.out") \
+    <(grep -oE 'grad step=[0-9]+ fnv64=[0-9a-f]{16}' "$TMP/$name.out") ||
+    fail "--reproducible $variant: gradient hashes differ from 1 rank"
+done
+echo "PASS: mpi and two_level, 2/4 processes == 1 rank: $want; --reproducible 3/4 == 1: $rep_want"
