@@ -102,6 +102,51 @@ void compressed_steps(Tr& t, const char* what, V value) {
                std::string(what) + ": no conversion in the statistics");
 }
 
+// compress::exact: wide-range floats (exponents over 2^50 within a block, so the
+// rounding of small values depends on each block's agreed exponent).
+float wide_value(std::size_t r, std::size_t k, std::size_t i) {
+  std::uint64_t z =
+      r * 0x9e3779b97f4a7c15ull + i * 0x632be59bd9b4e019ull + k * 0xbf58476d1ce4e5b9ull;
+  z ^= z >> 31;
+  z *= 0x94d049bb133111ebull;
+  z ^= z >> 29;
+  const float m = static_cast<float>((z >> 40) | (1u << 23)) / float(1u << 23);
+  return std::ldexp((z & 1) ? -m : m, static_cast<int>((z >> 8) % 50) - 40);
+}
+
+// The exact sums over Tr with algorithm A and fusion F equal, bit for bit, the same sums
+// by in-process threads (transport::local, ring, no fusion): the codes add the same
+// integers whatever moves them.
+template <class Tr, class A, class Fusion>
+void exact_like_local(Tr& t, const char* what) {
+  const std::vector<std::size_t> sizes = {5000, 1, 0, 40000, 333, 70001};
+  const std::size_t n = t.size(), me = t.rank();
+  auto fill = [&](std::vector<std::span<float>>& ts, std::size_t r) {
+    for (std::size_t k = 0; k < ts.size(); ++k)
+      for (std::size_t i = 0; i < ts[k].size(); ++i) ts[k][i] = wide_value(r, k, i);
+  };
+  std::uint64_t want = 0;
+  gs::transport::run_local(n, [&](gs::transport::local& lt) {
+    gs::allreducer<gs::transport::local, gs::algo::ring, gs::fusion::none, gs::compress::exact<>>
+        ar(lt);
+    std::vector<std::vector<float>> own;
+    auto ts = register_model<float>(ar, sizes, own, gs::op::sum);
+    fill(ts, lt.rank());
+    for (std::size_t k = 0; k < ts.size(); ++k) ar.ready(k);
+    ar.wait();
+    if (lt.rank() == me) want = digest_model(ts);
+  });
+  gs::allreducer<Tr, A, Fusion, gs::compress::exact<>> ar(t);
+  std::vector<std::vector<float>> own;
+  auto ts = register_model<float>(ar, sizes, own, gs::op::sum);
+  fill(ts, me);
+  for (std::size_t i : shuffled(ts.size(), 5 + me)) ar.ready(i);
+  ar.wait();
+  GS_CHECK_MSG(digest_model(ts) == want, std::string(what) + ": differs from the local run");
+  GS_CHECK_MSG(gs::testbed::same_on_all_ranks({digest_model(ts)}),
+               std::string(what) + ": ranks differ");
+}
+
 }  // namespace
 
 // The codecs' arithmetic does not depend on the MPI library: a build against a second
@@ -206,6 +251,24 @@ GS_MPI_TEST("fusion compression: int8 and topk (with error feedback) over mpi an
       tm, "mpi ring ef_powersgd");
 }
 
+GS_MPI_TEST("fusion compression: exact sums over mpi and shm equal local threads' bits", 120) {
+  {
+    gs::transport::mpi t{MPI_COMM_WORLD};
+    exact_like_local<gs::transport::mpi, gs::algo::ring, gs::fusion::bucket<64 << 10>>(
+        t, "mpi ring bucket exact");
+    exact_like_local<gs::transport::mpi, gs::algo::native, gs::fusion::zero_copy<1 << 20>>(
+        t, "mpi native zero-copy exact");
+  }
+  gs::transport::shm_options base;
+  base.heap_bytes = 8 << 20;
+  gs::transport::shm t(gs::transport::shm_options_from_mpi(MPI_COMM_WORLD, base));
+  exact_like_local<gs::transport::shm, gs::algo::direct_one_shot, gs::fusion::bucket<64 << 10>>(
+      t, "shm direct_one_shot bucket exact");
+  exact_like_local<gs::transport::shm, gs::algo::direct_two_shot, gs::fusion::none>(
+      t, "shm direct_two_shot exact");
+  exact_like_local<gs::transport::shm, gs::algo::auto_select, gs::fusion::bucket<1 << 20>>(
+      t, "shm auto bucket exact");
+}
 #endif  // !GS_MPI_TRANSPORT_ONLY
 
 GS_MPI_TEST("fusion mpi: bucket, zero-copy and grouped, ring and native", 120) {
