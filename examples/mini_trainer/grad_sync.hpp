@@ -20,6 +20,8 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
@@ -74,7 +76,9 @@ class bucket_sync final : public gradient_sync {
               std::vector<gradsync::matrix_shape> shapes = {}, std::size_t bucket_bytes = 0)
       : sync_(t, options(bucket_bytes)) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-      sync_.add(tensors[i], (i % 2 ? "b" : "W") + std::to_string(i / 2 + 1),
+      std::string name(1, i % 2 ? 'b' : 'W');  // (not "W" + to_string: g++ 12 -O3 -Wrestrict)
+      name += std::to_string(i / 2 + 1);
+      sync_.add(tensors[i], std::move(name),
                 i < shapes.size() ? shapes[i] : gradsync::matrix_shape{});
     }
     // Collective: every rank registered the same list. One type only: the trainer's build

@@ -205,6 +205,17 @@ TEST_CASE("exact codes: float's branch-free encode equals the encode from the bi
   gx::encode<float, std::int64_t, K64>(blk.data(), finite.data(), finite.size(), field);
   gx::encode_bits<float, std::int64_t, K64>(ref.data(), finite.data(), finite.size(), field);
   CHECK(std::equal(blk.begin(), blk.begin() + finite.size(), ref.begin()));
+  // The accumulator's one pass: adding into a sum gives the same codes, and the scan's
+  // field and flag (NaN and Inf included, coded as 0).
+  std::vector<std::int64_t> acc(xs.size(), 7);
+  const auto sc = gx::encode_add<std::int64_t, K64>(acc.data(), xs.data(), xs.size(), 254);
+  gx::encode_bits<float, std::int64_t, K64>(ref.data(), xs.data(), xs.size(), 254);
+  const auto plain = gx::scan(xs.data(), xs.size());
+  CHECK(sc.field == plain.field);
+  CHECK(sc.non_finite == plain.non_finite);
+  std::size_t diff = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i) diff += acc[i] != ref[i] + 7;
+  CHECK(diff == 0);
 }
 
 TEST_CASE("exact codes: sums over a block spanning at most 2^27 are correctly rounded") {
@@ -729,13 +740,28 @@ TEST_CASE("exact_accumulator: a step that grows redoes once; NaN marks its block
   CHECK(r0 == 1);
   CHECK(s0[0] == 3.0f);
   CHECK(s0[299] == 0.5f);
-  CHECK(s0[256] == 3.0f);         // the second block (tensor-aligned: 256 + 44)
-  auto [r1, s1] = step(3.0f, 3);  // within the headroom (2 bits): no redo
+  CHECK(s0[256] == 3.0f);          // the second block (tensor-aligned: 256 + 44)
+  auto [r1, s1] = step(12.0f, 3);  // within the headroom (4 bits): no redo
   CHECK(r1 == 0);
-  CHECK(s1[0] == 9.0f);
-  auto [r2, s2] = step(100.0f, 2);  // above it: one redo, then exact
+  CHECK(s1[0] == 36.0f);
+  auto [r2, s2] = step(1000.0f, 2);  // above it: one redo, then exact
   CHECK(r2 == 1);
-  CHECK(s2[0] == 200.0f);
+  CHECK(s2[0] == 2000.0f);
+  // A block of zeros keeps an exponent at most Span (8 here) below the step's largest:
+  // when it wakes up below that, no redo.
+  const std::vector<std::size_t> two = {512};
+  gs::compress::exact_accumulator<64, 256, 256, 4, 8> z(two);
+  for (int s = 0; s < 3; ++s) {
+    std::vector<float> x(512, 0.0f);
+    std::fill(x.begin(), x.begin() + 256, 1.0f);
+    if (s == 2) std::fill(x.begin() + 256, x.end(), 0x1p-8f);
+    z.begin();
+    z.add(x);
+    CHECK(z.needs_redo() == (s == 0));
+    std::vector<float> o(512);
+    z.decode(o);
+    CHECK(o[300] == (s == 2 ? 0x1p-8f : 0.0f));
+  }
   acc.begin();
   std::vector<float> bad(300, 1.0f);
   bad[5] = NAN;
@@ -748,10 +774,9 @@ TEST_CASE("exact_accumulator: a step that grows redoes once; NaN marks its block
   std::vector<float> wrong_size(299);
   CHECK_THROWS_WITH_AS(acc.add(wrong_size), doctest::Contains("a contribution of 299 floats"),
                        gs::error);
-  gs::compress::exact_accumulator<64, 256, 2> small(counts);
+  gs::compress::exact_accumulator<64, 256, 4> small(counts);
   small.begin();
   std::vector<float> one(300, 1.0f);
-  small.add(one);
-  small.add(one);
+  for (int c = 0; c < 4; ++c) small.add(one);
   CHECK_THROWS_WITH_AS(small.add(one), doctest::Contains("raise MaxContributions"), gs::error);
 }

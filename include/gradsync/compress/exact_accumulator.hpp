@@ -15,9 +15,16 @@
 //     E[b] becomes the agreed field and the step is added again (begin(), add() ...),
 //     which cannot overflow now; otherwise the codes are exact as coded;
 //  4. the caller allreduces codes() with op::sum, and decode() gives the sum;
-//  5. the next step starts at E[b] = agreed field + Headroom (the first step's E is the
-//     smallest, so it always redoes once). The redo decision and every exponent derive
+//  5. the next step starts at E[b] = the larger of the agreed field + Headroom and the
+//     step's largest field over all blocks less Span; the first step's E is the
+//     smallest, so it always redoes once. The redo decision and every exponent derive
 //     from maxima over the whole set of contributions: the same on every rank count.
+// Why Span (default 0, every block at least the step's largest exponent): a block that
+// was all zeros (a dead unit's weights) wakes up near the top and would force a redo,
+// a whole recompute of the step; on the mini-trainer's MLP, Span 0 / 4 / 8 redid 1 / 19
+// / 112 of 128 steps (docs/reproducibility.md). A higher exponent costs little: a value
+// is coded exactly while within 2^(P - 24) of its block's exponent (P = 51 for Bits =
+// 64) and below that rounds to the codes' grid, the same way on every rank count.
 // A block where any contribution had a NaN or Inf decodes as NaN (the step's gradient is
 // not finite; nothing is carried to the next step). MaxContributions bounds the number of
 // contributions over all ranks in one step (the codes' headroom); this rank refuses more.
@@ -41,7 +48,8 @@ namespace gradsync::compress {
 template <std::size_t Bits = 64,               ///< a code's width: 64, or 32
           std::size_t Block = 256,             ///< elements sharing one exponent
           std::size_t MaxContributions = 256,  ///< most contributions per step, all ranks
-          int Headroom = 2>                    ///< bits above last step's largest field
+          int Headroom = 4,                    ///< bits above a block's last largest field
+          int Span = 0>                        ///< bits an exponent may sit below the largest
 class exact_accumulator {
   static_assert(Bits == 32 || Bits == 64,
                 "gradsync::compress::exact_accumulator<Bits>: Bits is 64 or 32");
@@ -50,8 +58,13 @@ class exact_accumulator {
                     kernels::exact::ceil_log2(MaxContributions) <= static_cast<int>(Bits) - 9,
                 "gradsync::compress::exact_accumulator: MaxContributions leaves a code fewer "
                 "than 8 fraction bits; lower it or use Bits = 64");
+  static_assert(MaxContributions >= 4 || Bits == 32,
+                "gradsync::compress::exact_accumulator: MaxContributions of at least 4 (its "
+                "one-pass coding keeps a guard bit above 61 fraction bits)");
   static_assert(Headroom >= 0 && Headroom <= 16,
                 "gradsync::compress::exact_accumulator: Headroom is 0 to 16 bits");
+  static_assert(Span >= 0 && Span <= 253,
+                "gradsync::compress::exact_accumulator: Span is 0 to 253");
 
  public:
   /// An integer lane of the codes (what codes() holds).
@@ -75,7 +88,6 @@ class exact_accumulator {
     decoded_at_ = exponent_;
     fields_.assign(2 * blocks_.size(), 0);
     codes_.assign(count_, 0);
-    scratch_.assign(Block, 0);
   }
 
   /// Elements in a contribution.
@@ -94,8 +106,7 @@ class exact_accumulator {
   }
 
   /// Adds one contribution (size() floats, the tensors back to back). A block holding a
-  /// value above its exponent is left out of the codes and makes needs_redo() true after
-  /// the agreement.
+  /// value above its exponent makes needs_redo() true after the agreement.
   void add(std::span<const float> x) {
     if (x.size() != count_) {
       throw error(errc::invalid_argument, error_site(),
@@ -110,15 +121,13 @@ class exact_accumulator {
     }
     for (std::size_t b = 0; b < blocks_.size(); ++b) {
       const auto [at, len] = blocks_[b];
-      const kernels::exact::block_scan s = kernels::exact::scan(x.data() + at, len);
+      // One pass: code and add at the step's exponent, and scan. A block whose field is
+      // above its exponent adds clamped codes: the step is redone at a higher exponent.
+      const kernels::exact::block_scan s = kernels::exact::encode_add<code_type, lane_bits>(
+          codes_.data() + at, x.data() + at, len, exponent_[b]);
       auto& seen = fields_[b];
       seen = std::max<std::int8_t>(seen, static_cast<std::int8_t>(s.field - 128));
       if (s.non_finite) fields_[blocks_.size() + b] = 1;
-      if (s.field > exponent_[b]) continue;  // the step is redone at a higher exponent
-      kernels::exact::encode<float, code_type, lane_bits>(scratch_.data(), x.data() + at, len,
-                                                          exponent_[b]);
-      code_type* sum = codes_.data() + at;
-      for (std::size_t i = 0; i < len; ++i) sum[i] += scratch_[i];
     }
   }
 
@@ -139,8 +148,10 @@ class exact_accumulator {
     }
     if (redo) return true;
     decoded_at_ = exponent_;
+    int top = 1;
+    for (std::size_t b = 0; b < blocks_.size(); ++b) top = std::max(top, fields_[b] + 128);
     for (std::size_t b = 0; b < blocks_.size(); ++b)
-      exponent_[b] = std::min(254, fields_[b] + 128 + Headroom);
+      exponent_[b] = std::min(254, std::max(fields_[b] + 128 + Headroom, top - Span));
     return false;
   }
 
@@ -180,7 +191,7 @@ class exact_accumulator {
   std::size_t count_ = 0, added_ = 0;
   std::vector<int> exponent_, decoded_at_;
   std::vector<std::int8_t> fields_;
-  std::vector<code_type> codes_, scratch_;
+  std::vector<code_type> codes_;
 };
 
 }  // namespace gradsync::compress

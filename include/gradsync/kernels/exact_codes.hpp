@@ -184,11 +184,50 @@ GRADSYNC_EXACT_INLINE void encode_float_lanes(Code* out, const float* x, std::si
   }
 }
 
+/// encode_float_lanes adding into `sum` instead of writing, with the block's scan in the
+/// same pass (for compress::exact_accumulator): one pass over x, not three. The codes
+/// added are those of `field`; when the scan finds a larger field they are clamped, and
+/// the caller discards the sum (its step is redone).
+template <class Code, int P>
+GRADSYNC_EXACT_INLINE block_scan encode_add_float_lanes(Code* sum, const float* x, std::size_t n,
+                                                        int field) {
+  static_assert(P <= 61, "the guard bit needs P <= 61");
+  using u64 = std::uint64_t;
+  constexpr u64 G = P > 23 ? P - 23 : 0, top = (u64{1} << P) - 1;
+  std::uint32_t hi = 1, bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    const std::uint32_t f32 = (bits >> 23) & 255u, nf32 = (f32 + 1) >> 8;
+    bad |= nf32;
+    const std::uint32_t g = f32 & (nf32 - 1);
+    hi = hi > g ? hi : g;
+    const u64 u = bits, f = f32, non_finite = nf32;
+    const u64 m = ((u & 0x7fffffu) | (((0 - f) >> 63) << 23)) & (non_finite - 1);
+    const u64 d = static_cast<u64>(field) - (f + ((f - 1) >> 63));
+    u64 k = G + 24 - P + d;
+    k = k < 63 ? k : 63;  // (also a field above `field`: d wraps, the code is 0)
+    const u64 t = m << G, c0 = t >> (k - 1);
+    const u64 sticky = (c0 << (k - 1)) != t, q = c0 >> 1;
+    u64 c = q + (c0 & 1 & (sticky | q));
+    c = c < top ? c : top;
+    const u64 neg = 0 - (u >> 31);
+    sum[i] =
+        static_cast<Code>(sum[i] + static_cast<Code>(static_cast<std::int64_t>((c ^ neg) - neg)));
+  }
+  return {static_cast<int>(hi), bad != 0};
+}
+
 #if GRADSYNC_HOST_AVX2
 template <class Code, int P>
 __attribute__((target("avx2"))) void encode_float_avx2(Code* out, const float* x, std::size_t n,
                                                        int field) {
   encode_float_lanes<Code, P>(out, x, n, field);
+}
+template <class Code, int P>
+__attribute__((target("avx2"))) block_scan encode_add_float_avx2(Code* sum, const float* x,
+                                                                 std::size_t n, int field) {
+  return encode_add_float_lanes<Code, P>(sum, x, n, field);
 }
 #endif
 
@@ -206,6 +245,18 @@ inline void encode(Code* out, const T* x, std::size_t n, int field) {
   } else {
     encode_bits<T, Code, K>(out, x, n, field);
   }
+}
+
+/// Adds the codes of n floats of one block at `field` into sum[n] and returns the block's
+/// scan (a field above `field` means the sum is not valid: compress::exact_accumulator
+/// then redoes the step).
+template <class Code, int K>
+inline block_scan encode_add(Code* sum, const float* x, std::size_t n, int field) {
+  static_assert(K <= 61, "gradsync::kernels::exact::encode_add: one lane of at most 61 bits");
+#if GRADSYNC_HOST_AVX2
+  if (kernels::detail::has_avx2()) return detail::encode_add_float_avx2<Code, K>(sum, x, n, field);
+#endif
+  return detail::encode_add_float_lanes<Code, K>(sum, x, n, field);
 }
 
 /// The value of M * 2^x (M < 2^64, already rounded to odd when it stands for more bits)
