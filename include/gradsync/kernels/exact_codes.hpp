@@ -184,6 +184,30 @@ GRADSYNC_EXACT_INLINE void encode_float_lanes(Code* out, const float* x, std::si
   }
 }
 
+/// encode_float_lanes for codes of at most 23 fraction bits (32-bit lanes): every value
+/// is shifted right, all in 32-bit integers (twice the vector lanes).
+template <class Code, int P>
+GRADSYNC_EXACT_INLINE void encode_float_lanes32(Code* out, const float* x, std::size_t n,
+                                                int field) {
+  static_assert(P <= 23, "32-bit lanes hold codes of at most 23 bits");
+  using u32 = std::uint32_t;
+  constexpr u32 top = (u32{1} << P) - 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    u32 u;
+    std::memcpy(&u, x + i, 4);
+    const u32 f = (u >> 23) & 255u, non_finite = (f + 1) >> 8;
+    const u32 m = ((u & 0x7fffffu) | (((0 - f) >> 31) << 23)) & (non_finite - 1);
+    const u32 d = static_cast<u32>(field) - (f + ((f - 1) >> 31));
+    u32 k = 24 - P + d;   // >= 1
+    k = k < 31 ? k : 31;  // m < 2^24: shifting by 25 or more already gives 0
+    const u32 c0 = m >> (k - 1), sticky = (c0 << (k - 1)) != m, q = c0 >> 1;
+    u32 c = q + (c0 & 1 & (sticky | q));
+    c = c < top ? c : top;
+    const u32 neg = 0 - (u >> 31);
+    out[i] = static_cast<Code>(static_cast<std::int32_t>((c ^ neg) - neg));
+  }
+}
+
 /// encode_float_lanes adding into `sum` instead of writing, with the block's scan in the
 /// same pass (for compress::exact_accumulator): one pass over x, not three. The codes
 /// added are those of `field`; when the scan finds a larger field they are clamped, and
@@ -222,7 +246,11 @@ GRADSYNC_EXACT_INLINE block_scan encode_add_float_lanes(Code* sum, const float* 
 template <class Code, int P>
 __attribute__((target("avx2"))) void encode_float_avx2(Code* out, const float* x, std::size_t n,
                                                        int field) {
-  encode_float_lanes<Code, P>(out, x, n, field);
+  if constexpr (P <= 23 && sizeof(Code) == 4) {
+    encode_float_lanes32<Code, P>(out, x, n, field);
+  } else {
+    encode_float_lanes<Code, P>(out, x, n, field);
+  }
 }
 template <class Code, int P>
 __attribute__((target("avx2"))) block_scan encode_add_float_avx2(Code* sum, const float* x,
@@ -241,7 +269,11 @@ inline void encode(Code* out, const T* x, std::size_t n, int field) {
 #if GRADSYNC_HOST_AVX2
     if (kernels::detail::has_avx2()) return detail::encode_float_avx2<Code, K>(out, x, n, field);
 #endif
-    detail::encode_float_lanes<Code, K>(out, x, n, field);
+    if constexpr (K <= 23 && sizeof(Code) == 4) {
+      detail::encode_float_lanes32<Code, K>(out, x, n, field);
+    } else {
+      detail::encode_float_lanes<Code, K>(out, x, n, field);
+    }
   } else {
     encode_bits<T, Code, K>(out, x, n, field);
   }
