@@ -780,3 +780,47 @@ TEST_CASE("exact_accumulator: a step that grows redoes once; NaN marks its block
   for (int c = 0; c < 4; ++c) small.add(one);
   CHECK_THROWS_WITH_AS(small.add(one), doctest::Contains("raise MaxContributions"), gs::error);
 }
+
+TEST_CASE("exact: double tensors (two lanes) through the allreducer, the same bits everywhere") {
+  gs::testbed::watchdog wd(120, "exact double");
+  using namespace gs::algo;
+  const std::vector<std::size_t> dsizes = {1000, 70001, 3};
+  // Float values widened, times (1 + 2^-40): 53-bit significands whose sum of 3 is exact
+  // in long double (64 bits) when a tensor spans 2^8.
+  auto value = [](std::size_t c, std::size_t k, std::size_t i) {
+    return static_cast<double>(contribution(c, k, i, 8)) * (1.0 + 0x1p-40);
+  };
+  auto run = [&]<class Algo, class Fusion, class Op>(Op) {
+    std::vector<std::vector<double>> out(3);
+    gs::transport::run_local(3, [&](local& t) {
+      gs::allreducer<local, Algo, Fusion, gs::compress::exact<>> ar(t);
+      std::vector<std::vector<double>> own;
+      auto ts = fusion_test::register_model<double>(ar, dsizes, own, Op{});
+      for (std::size_t k = 0; k < ts.size(); ++k)
+        for (std::size_t i = 0; i < ts[k].size(); ++i) ts[k][i] = value(t.rank(), k, i);
+      for (std::size_t k = 0; k < ts.size(); ++k) ar.ready(k);
+      ar.wait();
+      for (auto& s : ts) out[t.rank()].insert(out[t.rank()].end(), s.begin(), s.end());
+    });
+    CHECK(out[1] == out[0]);
+    CHECK(out[2] == out[0]);
+    return out[0];
+  };
+  const auto a = run.operator()<ring, gs::fusion::none>(gs::op::sum);
+  const auto b = run.operator()<tree, gs::fusion::bucket<64 << 10>>(gs::op::sum);
+  const auto c = run.operator()<halving_doubling, gs::fusion::zero_copy<1 << 20>>(gs::op::sum);
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * 8) == 0);
+  CHECK(std::memcmp(a.data(), c.data(), a.size() * 8) == 0);
+  std::size_t wrong = 0, at = 0;
+  for (std::size_t k = 0; k < dsizes.size(); ++k) {
+    for (std::size_t i = 0; i < dsizes[k]; ++i, ++at) {
+      long double want = 0;
+      for (std::size_t q = 0; q < 3; ++q) want += value(q, k, i);
+      wrong += a[at] != static_cast<double>(want);
+    }
+  }
+  CHECK(wrong == 0);
+  const auto avg1 = run.operator()<ring, gs::fusion::none>(gs::op::avg);
+  const auto avg2 = run.operator()<tree, gs::fusion::bucket<64 << 10>>(gs::op::avg);
+  CHECK(std::memcmp(avg1.data(), avg2.data(), avg1.size() * 8) == 0);
+}
