@@ -73,9 +73,9 @@ struct exact {
   static_assert(Block >= 8,
                 "gradsync::compress::exact<Bits, Block>: Block must be at least 8 (its "
                 "agreed exponent and flag cost two bytes)");
-  static_assert(MaxRanks >= 1 && kernels::exact::ceil_log2(MaxRanks) <= static_cast<int>(Bits) - 9,
-                "gradsync::compress::exact<Bits, Block, MaxRanks>: MaxRanks leaves a code lane "
-                "fewer than 8 fraction bits; lower it or use Bits = 64");
+  static_assert(MaxRanks >= 2 && kernels::exact::ceil_log2(MaxRanks) <= static_cast<int>(Bits) - 9,
+                "gradsync::compress::exact<Bits, Block, MaxRanks>: MaxRanks is at least 2 and "
+                "must leave a code lane 8 fraction bits; lower it or use Bits = 64");
 
   static constexpr std::string_view name = Bits == 64 ? "exact64" : "exact32";
   /// float and double are coded; other types travel as they are (integers add exactly).

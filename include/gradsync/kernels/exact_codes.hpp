@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The integer codes of compress::exact, from the bits of each value and never from float
-// arithmetic, so FTZ/DAZ, denormals and the compiler's choices cannot make two machines
-// disagree:
+// The integer codes of compress::exact. Values are coded from their bits, never through
+// float arithmetic, so FTZ/DAZ, denormals and the compiler's choices cannot make two
+// machines disagree; the decode is one correct rounding of an exact integer (through
+// double only where every step is exact or rounds to odd):
 //  - a block's scale is the largest exponent field of its finite values (a zero or a
 //    denormal counts as field 1), agreed across ranks as an integer max;
 //  - a value becomes round_half_even(x * 2^(P - 1 - e)) for the block's unbiased
@@ -158,86 +159,60 @@ inline void encode_bits(Code* out, const T* x, std::size_t n, int field) {
 
 namespace detail {
 
-/// encode_bits for float with one lane of P <= 61 fraction bits, branch-free so it
-/// vectorises (64-bit variable shifts: AVX2): the significand is placed G bits up, then
-/// shifted right by k >= 1 keeping a guard bit, the rest of the bits a sticky test.
+/// The code of one float (its bits) at `field` with P fraction bits, as encode_bits
+/// gives it, branch-free so that the loops below vectorise: the significand is placed G
+/// bits up, then shifted right by k >= 1 keeping a guard bit, the rest a sticky test.
+/// U is the word: 64 bits for P <= 61 (AVX2's 64-bit variable shifts), 32 bits for
+/// P <= 23 (twice the lanes). A NaN or Inf codes as 0; so does a field above `field`
+/// (d wraps, k saturates).
+template <class U, int P>
+GRADSYNC_EXACT_INLINE std::make_signed_t<U> float_code(std::uint32_t bits, U field) {
+  constexpr int W = sizeof(U) * 8;
+  static_assert(P <= W - 3, "the guard bit needs P <= 61 (64-bit words) or 23 (32-bit)");
+  constexpr int G = P > 23 ? P - 23 : 0;  // m << G < 2^(W - 2)
+  constexpr U top = (U{1} << P) - 1, base = static_cast<U>(G + 24 - P);
+  const U u = bits, f = (u >> 23) & 255u, non_finite = (f + 1) >> 8;
+  const U m = ((u & 0x7fffffu) | (((0 - f) >> (W - 1)) << 23)) & (non_finite - 1);
+  const U d = field - (f + ((f - 1) >> (W - 1)));  // fields below the block's
+  U k = base + d;                                  // m * 2^(P - 24 - d) = (m << G) >> k
+  k = k < W - 1 ? k : W - 1;                       // shifting by W - 1 already gives 0
+  const U t = m << G, c0 = t >> (k - 1);
+  const U sticky = (c0 << (k - 1)) != t, q = c0 >> 1;
+  U c = q + (c0 & 1 & (sticky | q));  // round half to even
+  c = c < top ? c : top;
+  const U neg = 0 - (u >> 31);
+  return static_cast<std::make_signed_t<U>>((c ^ neg) - neg);
+}
+
+/// encode_bits for float with one lane of P <= 61 fraction bits (32-bit words when the
+/// codes are 32-bit and P <= 23).
 template <class Code, int P>
 GRADSYNC_EXACT_INLINE void encode_float_lanes(Code* out, const float* x, std::size_t n, int field) {
-  static_assert(P <= 61, "the guard bit needs P <= 61");
-  using u64 = std::uint64_t;
-  constexpr u64 G = P > 23 ? P - 23 : 0, top = (u64{1} << P) - 1;
+  using U = std::conditional_t<(P <= 23 && sizeof(Code) == 4), std::uint32_t, std::uint64_t>;
   for (std::size_t i = 0; i < n; ++i) {
     std::uint32_t bits;
     std::memcpy(&bits, x + i, 4);
-    const u64 u = bits, f = (u >> 23) & 255u;
-    const u64 non_finite = (f + 1) >> 8;
-    const u64 m = ((u & 0x7fffffu) | (((0 - f) >> 63) << 23)) & (non_finite - 1);
-    const u64 d = static_cast<u64>(field) - (f + ((f - 1) >> 63));  // below the block's field
-    u64 k = G + 24 - P + d;  // >= 1; m * 2^(P - 24 - d) = (m << G) >> k
-    k = k < 63 ? k : 63;     // (m << G) < 2^62: shifting by 63 already gives 0
-    const u64 t = m << G, c0 = t >> (k - 1);
-    const u64 sticky = (c0 << (k - 1)) != t, q = c0 >> 1;
-    u64 c = q + (c0 & 1 & (sticky | q));  // round half to even
-    c = c < top ? c : top;
-    const u64 neg = 0 - (u >> 31);
-    out[i] = static_cast<Code>(static_cast<std::int64_t>((c ^ neg) - neg));
-  }
-}
-
-/// encode_float_lanes for codes of at most 23 fraction bits (32-bit lanes): every value
-/// is shifted right, all in 32-bit integers (twice the vector lanes).
-template <class Code, int P>
-GRADSYNC_EXACT_INLINE void encode_float_lanes32(Code* out, const float* x, std::size_t n,
-                                                int field) {
-  static_assert(P <= 23, "32-bit lanes hold codes of at most 23 bits");
-  using u32 = std::uint32_t;
-  constexpr u32 top = (u32{1} << P) - 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    u32 u;
-    std::memcpy(&u, x + i, 4);
-    const u32 f = (u >> 23) & 255u, non_finite = (f + 1) >> 8;
-    const u32 m = ((u & 0x7fffffu) | (((0 - f) >> 31) << 23)) & (non_finite - 1);
-    const u32 d = static_cast<u32>(field) - (f + ((f - 1) >> 31));
-    u32 k = 24 - P + d;   // >= 1
-    k = k < 31 ? k : 31;  // m < 2^24: shifting by 25 or more already gives 0
-    const u32 c0 = m >> (k - 1), sticky = (c0 << (k - 1)) != m, q = c0 >> 1;
-    u32 c = q + (c0 & 1 & (sticky | q));
-    c = c < top ? c : top;
-    const u32 neg = 0 - (u >> 31);
-    out[i] = static_cast<Code>(static_cast<std::int32_t>((c ^ neg) - neg));
+    out[i] = static_cast<Code>(float_code<U, P>(bits, static_cast<U>(field)));
   }
 }
 
 /// encode_float_lanes adding into `sum` instead of writing, with the block's scan in the
 /// same pass (for compress::exact_accumulator): one pass over x, not three. The codes
-/// added are those of `field`; when the scan finds a larger field they are clamped, and
-/// the caller discards the sum (its step is redone).
+/// added are those of `field`; a value whose field is above it adds 0, and the caller
+/// discards the sum (its step is redone).
 template <class Code, int P>
 GRADSYNC_EXACT_INLINE block_scan encode_add_float_lanes(Code* sum, const float* x, std::size_t n,
                                                         int field) {
-  static_assert(P <= 61, "the guard bit needs P <= 61");
-  using u64 = std::uint64_t;
-  constexpr u64 G = P > 23 ? P - 23 : 0, top = (u64{1} << P) - 1;
   std::uint32_t hi = 1, bad = 0;
   for (std::size_t i = 0; i < n; ++i) {
     std::uint32_t bits;
     std::memcpy(&bits, x + i, 4);
-    const std::uint32_t f32 = (bits >> 23) & 255u, nf32 = (f32 + 1) >> 8;
-    bad |= nf32;
-    const std::uint32_t g = f32 & (nf32 - 1);
+    const std::uint32_t f = (bits >> 23) & 255u, non_finite = (f + 1) >> 8;
+    bad |= non_finite;
+    const std::uint32_t g = f & (non_finite - 1);
     hi = hi > g ? hi : g;
-    const u64 u = bits, f = f32, non_finite = nf32;
-    const u64 m = ((u & 0x7fffffu) | (((0 - f) >> 63) << 23)) & (non_finite - 1);
-    const u64 d = static_cast<u64>(field) - (f + ((f - 1) >> 63));
-    u64 k = G + 24 - P + d;
-    k = k < 63 ? k : 63;  // (also a field above `field`: d wraps, the code is 0)
-    const u64 t = m << G, c0 = t >> (k - 1);
-    const u64 sticky = (c0 << (k - 1)) != t, q = c0 >> 1;
-    u64 c = q + (c0 & 1 & (sticky | q));
-    c = c < top ? c : top;
-    const u64 neg = 0 - (u >> 31);
-    sum[i] =
-        static_cast<Code>(sum[i] + static_cast<Code>(static_cast<std::int64_t>((c ^ neg) - neg)));
+    sum[i] = static_cast<Code>(sum[i] + static_cast<Code>(float_code<std::uint64_t, P>(
+                                            bits, static_cast<std::uint64_t>(field))));
   }
   return {static_cast<int>(hi), bad != 0};
 }
@@ -246,11 +221,7 @@ GRADSYNC_EXACT_INLINE block_scan encode_add_float_lanes(Code* sum, const float* 
 template <class Code, int P>
 __attribute__((target("avx2"))) void encode_float_avx2(Code* out, const float* x, std::size_t n,
                                                        int field) {
-  if constexpr (P <= 23 && sizeof(Code) == 4) {
-    encode_float_lanes32<Code, P>(out, x, n, field);
-  } else {
-    encode_float_lanes<Code, P>(out, x, n, field);
-  }
+  encode_float_lanes<Code, P>(out, x, n, field);
 }
 template <class Code, int P>
 __attribute__((target("avx2"))) block_scan encode_add_float_avx2(Code* sum, const float* x,
@@ -269,11 +240,7 @@ inline void encode(Code* out, const T* x, std::size_t n, int field) {
 #if GRADSYNC_HOST_AVX2
     if (kernels::detail::has_avx2()) return detail::encode_float_avx2<Code, K>(out, x, n, field);
 #endif
-    if constexpr (K <= 23 && sizeof(Code) == 4) {
-      detail::encode_float_lanes32<Code, K>(out, x, n, field);
-    } else {
-      detail::encode_float_lanes<Code, K>(out, x, n, field);
-    }
+    detail::encode_float_lanes<Code, K>(out, x, n, field);
   } else {
     encode_bits<T, Code, K>(out, x, n, field);
   }
