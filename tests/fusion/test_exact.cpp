@@ -824,3 +824,27 @@ TEST_CASE("exact: double tensors (two lanes) through the allreducer, the same bi
   const auto avg2 = run.operator()<tree, gs::fusion::bucket<64 << 10>>(gs::op::avg);
   CHECK(std::memcmp(avg1.data(), avg2.data(), avg1.size() * 8) == 0);
 }
+
+TEST_CASE("exact: ranks with different parameters are refused, naming them (not a wrong sum)") {
+  gs::testbed::watchdog wd(60, "exact parameters");
+  std::vector<std::string> errors(2);
+  gs::transport::run_local(2, [&](local& t) {
+    std::vector<float> x(1000, 1.0f);
+    try {
+      if (t.rank() == 0) {
+        gs::allreducer<local, gs::algo::ring, gs::fusion::none, gs::compress::exact<64, 256, 4096>>
+            ar(t);
+        ar.allreduce(std::span<float>(x), gs::op::sum);
+      } else {  // the same message sizes, codes at half the scale
+        gs::allreducer<local, gs::algo::ring, gs::fusion::none, gs::compress::exact<64, 256, 2048>>
+            ar(t);
+        ar.allreduce(std::span<float>(x), gs::op::sum);
+      }
+    } catch (const gs::error& e) {
+      errors[t.rank()] = e.what();
+    }
+  });
+  CHECK(errors[0].find("the ranks code with different parameters") != std::string::npos);
+  CHECK(errors[0].find("compress::exact<64, 256, 4096> on float") != std::string::npos);
+  CHECK(errors[1].find("compress::exact<64, 256, 2048> on float") != std::string::npos);
+}

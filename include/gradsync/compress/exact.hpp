@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -109,6 +110,16 @@ struct exact {
 
    private:
     static constexpr std::size_t lanes = L::lanes;
+    /// The parameters every rank must share, hashed; agreed in print_lanes lanes.
+    static constexpr std::uint32_t fingerprint = [] {
+      std::uint64_t h = 0xcbf29ce484222325ull;
+      for (std::uint64_t v : {std::uint64_t{Bits}, std::uint64_t{Block}, std::uint64_t{MaxRanks},
+                              std::uint64_t{sizeof(T)}}) {
+        h = (h ^ v) * 0x100000001b3ull;
+      }
+      return static_cast<std::uint32_t>(h ^ (h >> 32));
+    }();
+    static constexpr std::size_t print_lanes = sizeof(std::uint32_t) / sizeof(scale_type);
 
     template <class Ch>
     static void body(Ch& ch, std::span<T> x, T* residual) {
@@ -123,10 +134,17 @@ struct exact {
       const std::span<const tensor_part> parts = ch.tensors();
       std::size_t blocks = 0;
       detail::for_each_block<Block>(parts, count, [&](std::size_t, std::size_t) { ++blocks; });
-      // scales: [agreed exponent x blocks | NaN-or-Inf flag x blocks], then own exponents.
-      const std::span<std::byte> meta = ch.scratch(3 * blocks * sizeof(scale_type));
-      const std::span<scale_type> agree(reinterpret_cast<scale_type*>(meta.data()), 2 * blocks);
-      scale_type* own = agree.data() + 2 * blocks;
+      // Agreed by one max: [exponent x blocks | NaN-or-Inf flag x blocks | the codec's
+      // parameters and their complements]; then this rank's own exponents.
+      const std::span<std::byte> meta =
+          ch.scratch((3 * blocks + 2 * print_lanes) * sizeof(scale_type));
+      const std::span<scale_type> agree(reinterpret_cast<scale_type*>(meta.data()),
+                                        2 * blocks + 2 * print_lanes);
+      scale_type* own = agree.data() + agree.size();
+      scale_type* print = agree.data() + 2 * blocks;
+      std::memcpy(print, &fingerprint, sizeof fingerprint);
+      for (std::size_t i = 0; i < print_lanes; ++i)
+        print[print_lanes + i] = static_cast<scale_type>(~print[i]);
       const std::span<std::byte> wire = ch.scratch(count * lanes * sizeof(code_type));
       const std::span<code_type> codes(reinterpret_cast<code_type*>(wire.data()), count * lanes);
 
@@ -140,6 +158,23 @@ struct exact {
         });
       });
       ch.allreduce(agree, op::max);
+      // Every rank's parameters equal: each lane's max is this rank's, and so is its min
+      // (the complement's max). A rank with other Bits, Block or MaxRanks would code at
+      // another scale: a wrong sum that no size check sees.
+      std::uint32_t mine = fingerprint;
+      for (std::size_t i = 0; i < print_lanes; ++i) {
+        scale_type lane;
+        std::memcpy(&lane, reinterpret_cast<const char*>(&mine) + i * sizeof lane, sizeof lane);
+        if (print[i] != lane || print[print_lanes + i] != static_cast<scale_type>(~lane)) {
+          throw error(errc::mismatch, {ch.rank()},
+                      "compress::exact: the ranks code with different parameters; this rank "
+                      "runs compress::exact<" +
+                          std::to_string(Bits) + ", " + std::to_string(Block) + ", " +
+                          std::to_string(MaxRanks) + "> on " +
+                          (sizeof(T) == 8 ? "double" : "float") +
+                          " (every rank must use the same Bits, Block and MaxRanks)");
+        }
+      }
       std::size_t flagged = 0;
       for (std::size_t b = 0; b < blocks; ++b) {
         // An agreed maximum below this rank's own: the codes would not fit (a corrupt or
