@@ -214,6 +214,36 @@ TEST_CASE("compression: grouped and async calls, the summary and the timeline sh
   std::remove(gs::observe::timeline::path_for(path, 1).c_str());
 }
 
+TEST_CASE("compression: ranks with different policies disagree at commit, naming it") {
+  // fp16 and bf16 send the same bytes per element: without the check the sums would be
+  // of mixed encodings, with no error anywhere.
+  gs::testbed::watchdog wd(60, "compression mismatch");
+  std::vector<std::string> errors(2);
+  gs::transport::run_local(2, [&](local& t) {
+    std::vector<float> g(1000, 1.0f);
+    auto commit = [&](auto& ar) {
+      ar.add(std::span<float>(g));
+      try {
+        ar.commit(gs::op::sum);
+      } catch (const gs::error& e) {
+        errors[t.rank()] = e.what();
+      }
+    };
+    if (t.rank() == 0) {
+      gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<1 << 20>, gs::compress::fp16> ar(t);
+      commit(ar);
+    } else {
+      gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<1 << 20>, gs::compress::bf16> ar(t);
+      commit(ar);
+    }
+  });
+  for (const auto& e : errors) {
+    CAPTURE(e);
+    CHECK(e.find("different plan parameters") != std::string::npos);
+    CHECK(e.find("compression policy") != std::string::npos);
+  }
+}
+
 TEST_CASE("compression: a policy outside the library is one file (its codec)") {
   gs::testbed::watchdog wd(60, "compression: double_as_float");
   static_assert(gs::compress::compression_policy<compress_test::double_as_float>);

@@ -136,7 +136,7 @@ GRADSYNC_DECL allreducer_core::allreducer_core(std::size_t rank, std::size_t siz
               "transport=\"" + std::string(names.transport) + "\",algorithm=\"" +
                   std::string(names.algorithm) + "\",fusion=\"" + std::string(names.fusion) +
                   "\",compression=\"" + std::string(names.compression) + "\""),
-      reg_(rank, fusion, o.bucket_bytes),
+      reg_(rank, fusion, o.bucket_bytes, names.compression),
       pool_(shared.pool),
       runner_(&runner),
       stall_(stall_threshold(opt_.resolved_timeout())),

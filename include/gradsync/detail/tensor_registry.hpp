@@ -51,8 +51,12 @@ class tensor_registry {
  public:
   /// `bucket_bytes`: 0 for the fusion policy's caps, else this cap (and the policy's
   /// rule for the first bucket, fusion::default_first_bucket).
-  tensor_registry(std::size_t rank, fusion::policy_values fusion, std::size_t bucket_bytes)
+  /// `codec`: the compression policy's name, part of the plan's digest (ranks that would
+  /// code the same buckets differently, fp16 against bf16, disagree at commit()).
+  tensor_registry(std::size_t rank, fusion::policy_values fusion, std::size_t bucket_bytes,
+                  std::string_view codec = {})
       : rank_(rank),
+        codec_(codec),
         fusion_(fusion),
         bucket_bytes_(bucket_bytes ? bucket_bytes : fusion.bucket_bytes),
         first_bucket_bytes_(bucket_bytes ? fusion::default_first_bucket(bucket_bytes)
@@ -106,6 +110,8 @@ class tensor_registry {
     if (committed_) throw error(errc::invalid_argument, site(), "commit() called twice");
     plan_ = fusion::make_plan(descs_, bucket_bytes_, first_bucket_bytes_, fusion_.order,
                               fusion_.storage);
+    for (char c : codec_)
+      plan_.digest = fusion::detail::mix(plan_.digest, static_cast<unsigned char>(c));
     fusion::check_plan(t, std::span<const fusion::tensor_desc>(descs_), plan_, d);
     for (std::size_t i = 0; i < descs_.size(); ++i) accept(i);
     const bool need_layout =
@@ -192,6 +198,7 @@ class tensor_registry {
   }
 
   std::size_t rank_;
+  std::string_view codec_;  // a policy's static name
   fusion::policy_values fusion_;
   std::size_t bucket_bytes_, first_bucket_bytes_;  // the plan's caps
   std::vector<fusion::tensor_desc> descs_;

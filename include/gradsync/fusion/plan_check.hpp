@@ -136,7 +136,7 @@ void check_plan_on(Tr& t, std::span<const tensor_desc> tensors, const plan& p, d
       if (table[q].digest != table[0].digest) {
         msg += "\n  " + who + " has the same tensors as rank " + std::to_string(rank_of(0)) +
                " but different plan parameters "
-               "(bucket size, order or storage)";
+               "(bucket size, order, storage or compression policy)";
         ++shown;
       }
       continue;
