@@ -7,7 +7,9 @@
 // shard, scaling its summed gradient by n/B so that op::avg yields the global mean even
 // when B is not divisible by n; gradsync averages the gradients; every rank applies the
 // same SGD-with-momentum update to identical weights. Every epoch the ranks compare a
-// hash of their weights and stop with an error naming the ranks that differ.
+// hash of their weights and stop with an error naming the ranks that differ. With
+// --reproducible the batch is cut into fixed micro-batches instead of per-rank shards,
+// and their gradients are summed as exact integer codes (exact_sum.hpp).
 #pragma once
 
 #include <chrono>
