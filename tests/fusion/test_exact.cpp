@@ -848,3 +848,38 @@ TEST_CASE("exact: ranks with different parameters are refused, naming them (not 
   CHECK(errors[0].find("compress::exact<64, 256, 4096> on float") != std::string::npos);
   CHECK(errors[1].find("compress::exact<64, 256, 2048> on float") != std::string::npos);
 }
+
+TEST_CASE("exact: error_feedback<exact<32>> carries what 32-bit codes drop") {
+  // A block of 1.0 and a value of 0.3 code units (u = 2^-18 at 19 fraction bits): alone
+  // each step codes it as 0; with error feedback the residual grows until it is sent, so
+  // over 8 steps the sum of the results is within one unit per rank of the true total.
+  gs::testbed::watchdog wd(60, "exact error feedback");
+  const float u = 0x1p-18f, small = 0.3f * u;
+  auto total_of = [&]<class C>() {
+    std::vector<double> totals(2);
+    std::vector<std::vector<float>> last(2);
+    gs::transport::run_local(2, [&](local& t) {
+      gs::allreducer<local, gs::algo::ring, gs::fusion::bucket<1 << 20>, C> ar(t);
+      std::vector<float> x(256);
+      ar.add(std::span<float>(x));
+      ar.commit(gs::op::sum);
+      for (int step = 0; step < 8; ++step) {
+        std::fill(x.begin(), x.end(), 1.0f);
+        x[1] = small;
+        ar.ready(0);
+        ar.wait();
+        totals[t.rank()] += x[1];
+      }
+      last[t.rank()] = x;
+    });
+    CHECK(last[1] == last[0]);
+    CHECK(totals[1] == totals[0]);
+    return totals[0];
+  };
+  const double plain = total_of.operator()<gs::compress::exact<32>>();
+  const double fed = total_of.operator()<gs::compress::error_feedback<gs::compress::exact<32>>>();
+  const double truth = 8 * 2 * double(small);
+  CHECK(plain == 0.0);  // each step alone drops it
+  CHECK(std::fabs(fed - truth) <= 2 * double(u));
+  CHECK(fed > 0.5 * truth);
+}
