@@ -75,13 +75,12 @@ class exact_accumulator {
   /// For tensors of these element counts, back to back in every contribution (blocks of
   /// Block elements start at each tensor, as compress::exact's).
   explicit exact_accumulator(std::span<const std::size_t> tensor_counts) {
-    std::size_t at = 0;
+    std::vector<tensor_part> parts;
     for (std::size_t c : tensor_counts) {
-      parts_.push_back({at, c, 0, 0});
-      at += c;
+      parts.push_back({count_, c, 0, 0});
+      count_ += c;
     }
-    count_ = at;
-    detail::for_each_block<Block>(parts_, count_, [&](std::size_t begin, std::size_t len) {
+    detail::for_each_block<Block>(parts, count_, [&](std::size_t begin, std::size_t len) {
       blocks_.push_back({begin, len});
     });
     exponent_.assign(blocks_.size(), 1);  // the smallest: the first step redoes once
@@ -121,8 +120,8 @@ class exact_accumulator {
     }
     for (std::size_t b = 0; b < blocks_.size(); ++b) {
       const auto [at, len] = blocks_[b];
-      // One pass: code and add at the step's exponent, and scan. A block whose field is
-      // above its exponent adds clamped codes: the step is redone at a higher exponent.
+      // One pass: code and add at the step's exponent, and scan. A value whose field is
+      // above its exponent adds 0: the step is redone at a higher exponent.
       const kernels::exact::block_scan s = kernels::exact::encode_add<code_type, lane_bits>(
           codes_.data() + at, x.data() + at, len, exponent_[b]);
       auto& seen = fields_[b];
@@ -186,7 +185,6 @@ class exact_accumulator {
   struct span_of {
     std::size_t at, len;
   };
-  std::vector<tensor_part> parts_;
   std::vector<span_of> blocks_;
   std::size_t count_ = 0, added_ = 0;
   std::vector<int> exponent_, decoded_at_;
