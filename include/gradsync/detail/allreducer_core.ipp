@@ -174,7 +174,7 @@ GRADSYNC_DECL std::shared_ptr<batch> allreducer_core::make_list_batch(
   // Grouped calls keep the caller's order: there is no backward pass to follow.
   b->own_plan = fusion::make_plan(descs, reg_.bucket_bytes(), reg_.first_bucket_bytes(),
                                   fusion::order::registration);
-  b->own_parts = bucket_parts(b->own_plan, descs);
+  if (runner_->reads_tensors()) b->own_parts = bucket_parts(b->own_plan, descs);
   b->plan = &b->own_plan;
   b->ptrs = &b->own_ptrs;
   if (std::any_of(b->own_plan.buckets.begin(), b->own_plan.buckets.end(),
@@ -285,10 +285,12 @@ GRADSYNC_DECL void allreducer_core::bucket_body(batch& b, std::size_t k, observe
   }
   const auto t0 = steady::now();
   const std::size_t wire0 = b.stats.bytes_wire, encoded0 = b.stats.bytes_encoded;
-  runner_->run(
-      b.steps, bk.type, b.bucket_data(k), bk.count, b.registered ? &codec_state_[k] : nullptr,
-      b.registered ? reg_.parts(k) : std::span<const compress::tensor_part>(b.own_parts[k]), tr,
-      b.stats);
+  runner_->run(b.steps, bk.type, b.bucket_data(k), bk.count,
+               b.registered ? &codec_state_[k] : nullptr,
+               b.registered          ? reg_.parts(k)
+               : b.own_parts.empty() ? std::span<const compress::tensor_part>()
+                                     : std::span<const compress::tensor_part>(b.own_parts[k]),
+               tr, b.stats);
   const auto t1 = steady::now();
   b.stats.seconds += std::chrono::duration<double>(t1 - t0 + agreeing).count();
   if (t1 - t0 + agreeing > stall_) ++b.stats.stalls;

@@ -26,7 +26,7 @@ namespace gradsync::detail {
 struct batch {
   const fusion::plan* plan = nullptr;
   fusion::plan own_plan;                                      // grouped calls: their own plan
-  std::vector<std::vector<compress::tensor_part>> own_parts;  // and its buckets' tensors
+  std::vector<std::vector<compress::tensor_part>> own_parts;  // its buckets' tensors (codecs)
   const std::vector<void*>* ptrs = nullptr;                   // tensor i's memory
   std::vector<void*> own_ptrs;
   std::byte* layout = nullptr;             // the flat layout (arena or staging)

@@ -26,6 +26,7 @@
 #include "gradsync/allreduce.hpp"
 #include "gradsync/check/call_frame.hpp"
 #include "gradsync/compress/concept.hpp"
+#include "gradsync/compress/none.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/detail/bucket_step.hpp"
@@ -49,7 +50,9 @@ class bucket_runner final : public bucket_runner_base {
  public:
   /// Over `t`, with the allreducer's shared state (it must outlive the runner).
   bucket_runner(Transport& t, allreducer_shared& s)
-      : bucket_runner_base(s.options, s.timeline), t_(t), pool_(s.pool) {}
+      : bucket_runner_base(s.options, s.timeline, !std::is_same_v<Compression, compress::none>),
+        t_(t),
+        pool_(s.pool) {}
 
   void share_finding(const finite_finding& mine, std::size_t tensors,
                      function_ref<std::string(std::size_t)> name) override {

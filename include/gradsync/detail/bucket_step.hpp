@@ -86,6 +86,9 @@ class bucket_runner_base {
   /// Whether the next run()s agree their call headers (when call_options::check is on):
   /// grouped calls do; a step's buckets do not, agree_step covered them.
   void set_header_check(bool on) { opt_.check = on && header_check_; }
+  /// Whether the composition has a codec, which reads a bucket's tensors (run()'s `parts`);
+  /// grouped calls list them only then.
+  bool reads_tensors() const { return reads_tensors_; }
 
   /// A timeline event whose arguments (a JSON object body from `args()`) are only built
   /// when the timeline is on.
@@ -129,8 +132,11 @@ class bucket_runner_base {
  protected:
   /// The collectives run with `opt`, but for check_finite: the allreducer checks a
   /// bucket's tensors itself (in its pack pass) and calls share_finding.
-  bucket_runner_base(const call_options& opt, observe::timeline& tl)
-      : opt_(without_finite(opt)), tl_(tl), header_check_(opt.check) {}
+  bucket_runner_base(const call_options& opt, observe::timeline& tl, bool reads_tensors)
+      : opt_(without_finite(opt)),
+        tl_(tl),
+        header_check_(opt.check),
+        reads_tensors_(reads_tensors) {}
   ~bucket_runner_base() = default;
 
   /// "direct_one_shot x1, direct_two_shot x4": how many buckets of `p` get each name
@@ -158,6 +164,7 @@ class bucket_runner_base {
   call_options opt_;  // label: the bucket being run (set_label); check: set_header_check
   observe::timeline& tl_;
   const bool header_check_;  // the user's call_options::check
+  const bool reads_tensors_;
 
  private:
   static call_options without_finite(call_options o) {
