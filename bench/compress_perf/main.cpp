@@ -343,30 +343,24 @@ std::vector<kernel_row> kernel_rows(const options& o) {
                 fields[b] = gx::scan(x.data() + at, len).field;
               });
             }));
-  add_moved("exact64 encode", 4, 8, best_of(reps, [&] {
-              each([&](std::size_t at, std::size_t len, std::size_t b) {
-                gx::encode<float, std::int64_t, k64>(c64.data() + at, x.data() + at, len,
-                                                     fields[b]);
-              });
-            }));
-  add_moved("exact64 decode (avg of 4)", 8, 4, best_of(reps, [&] {
-              each([&](std::size_t at, std::size_t len, std::size_t b) {
-                gx::decode<float, std::int64_t, k64>(y.data() + at, c64.data() + at, len, fields[b],
-                                                     4);
-              });
-            }));
-  add_moved("exact32 encode", 4, 4, best_of(reps, [&] {
-              each([&](std::size_t at, std::size_t len, std::size_t b) {
-                gx::encode<float, std::int32_t, k32>(c32.data() + at, x.data() + at, len,
-                                                     fields[b]);
-              });
-            }));
-  add_moved("exact32 decode (avg of 4)", 4, 4, best_of(reps, [&] {
-              each([&](std::size_t at, std::size_t len, std::size_t b) {
-                gx::decode<float, std::int32_t, k32>(y.data() + at, c32.data() + at, len, fields[b],
-                                                     4);
-              });
-            }));
+  // Encode, then decode (an average of 4), with codes of type Code and K fraction bits.
+  auto code_rows = [&]<class Code, int K>(const char* enc, const char* dec, std::vector<Code>& c) {
+    constexpr double wide = sizeof(Code);
+    add_moved(enc, 4, wide, best_of(reps, [&] {
+                each([&](std::size_t at, std::size_t len, std::size_t b) {
+                  gx::encode<float, Code, K>(c.data() + at, x.data() + at, len, fields[b]);
+                });
+              }));
+    add_moved(dec, wide, 4, best_of(reps, [&] {
+                each([&](std::size_t at, std::size_t len, std::size_t b) {
+                  gx::decode<float, Code, K>(y.data() + at, c.data() + at, len, fields[b], 4);
+                });
+              }));
+  };
+  code_rows.template operator()<std::int64_t, k64>("exact64 encode", "exact64 decode (avg of 4)",
+                                                   c64);
+  code_rows.template operator()<std::int32_t, k32>("exact32 encode", "exact32 decode (avg of 4)",
+                                                   c32);
   return out;
 }
 
