@@ -99,12 +99,14 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
   const call_context &in_c = f.inside(), &out_c = f.across();
   f.run([&] {
     f.agree(name);
-    // Kept across calls in the node transport's workspace (slots 4 and 6, as the
-    // two-level reduce_scatter): fresh vectors cost a zeroing pass and page faults.
-    auto* const across_buf = static_cast<std::byte*>(t.intra().scratch().get(4, nodes * b));
+    // Kept across calls in the node transport's workspace (as the two-level
+    // reduce_scatter's): fresh vectors cost a zeroing pass and page faults.
+    auto* const across_buf =
+        static_cast<std::byte*>(t.intra().scratch().template get<level_scratch_across>(nodes * b));
     // (The ring's gathered pieces; the direct node level writes `out` in place.)
     auto* const inside_buf =
-        static_cast<std::byte*>(t.intra().scratch().get(6, node_direct ? 0 : local * nodes * b));
+        static_cast<std::byte*>(t.intra().scratch().template get<level_scratch_inside>(
+            node_direct ? 0 : local * nodes * b));
     const std::size_t pieces = algo::tuning::hierarchical_pieces(out.size(), t.pipelines());
     // In pieces (across a network): every receive is posted with the first piece, so
     // that a peer's rendezvous is answered at once; the sends go `window` pieces at a

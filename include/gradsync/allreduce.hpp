@@ -86,25 +86,12 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
                            {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}});
   call_context& ctx = f.context();
   // Algorithms that compare call headers in their own first exchange (algo::direct_*)
-  // declare `checks_headers = true` (or `checks_headers_on<Tr>`) and skip this round trip.
-  constexpr bool checks_always = requires {
-    requires A::checks_headers;
-  };
-  constexpr bool checks_on_tr = requires {
-    requires A::template checks_headers_on<Tr>;
-  };
-  // Those that look for NaN and Inf in their own first read of the input declare
-  // `checks_finite` (or `checks_finite_on<Tr>`): no separate pass over it.
-  constexpr bool finite_always = requires {
-    requires A::checks_finite;
-  };
-  constexpr bool finite_on_tr = requires {
-    requires A::template checks_finite_on<Tr>;
-  };
-  ctx.check_finite = (finite_always || finite_on_tr) && opt.check_finite &&
+  // skip this round trip; those that look for NaN and Inf in their own first read of the
+  // input skip the separate pass over it (their traits say so: algo/concept.hpp).
+  constexpr algorithm_traits caps = traits_of<A, Tr>();
+  ctx.check_finite = caps.checks_finite && opt.check_finite &&
                      kernels::can_be_non_finite_v<std::remove_const_t<T>>;
-  detail::checked_allreduce(f, data, checks_always || checks_on_tr,
-                            [&] { A::run(t, data, op, ctx); });
+  detail::checked_allreduce(f, data, caps.checks_headers, [&] { A::run(t, data, op, ctx); });
 }
 
 /// Out-of-place allreduce: `out` receives the reduction of every rank's `in`; `in` is
@@ -168,7 +155,7 @@ void allreduce(Tr& t, device_span<T> data, Op op, const call_options& opt = {}) 
         t, opt, {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}},
         detail::on_device);
     const call_context& ctx = f.context();
-    if constexpr (detail::wants_native<A>) {
+    if constexpr (A::traits.needs_native) {
       if (!data.empty()) t.allreduce_native(data.data(), data.size(), op, ctx);
     } else if constexpr (runs_on_v<A, Tr>) {
       A::run_device(t, data, op, ctx);

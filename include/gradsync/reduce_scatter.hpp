@@ -101,10 +101,11 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
     // node's reduce-scatter leaves local rank l their node-wide sums, in pieces of the
     // blocks' elements, each piece's columns together. The ring needs each piece's
     // columns side by side (`column`). Kept across calls in the node transport's
-    // workspace (rs_algo uses slots 0 and 3).
-    T* const column =
-        static_cast<T*>(t.intra().scratch().get(4, node_direct ? 0 : in.size() * sizeof(T)));
-    T* const mine = static_cast<T*>(t.intra().scratch().get(6, nodes * m * sizeof(T)));
+    // workspace (as the two-level allgather's).
+    T* const column = static_cast<T*>(t.intra().scratch().template get<level_scratch_across>(
+        node_direct ? 0 : in.size() * sizeof(T)));
+    T* const mine = static_cast<T*>(
+        t.intra().scratch().template get<level_scratch_inside>(nodes * m * sizeof(T)));
     // op::avg: sums on both levels, one division by the whole group at the end.
     using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
     const std::size_t pieces = algo::tuning::hierarchical_pieces(in.size_bytes(), t.pipelines());

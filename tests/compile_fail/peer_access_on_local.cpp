@@ -4,7 +4,7 @@
 #include <gradsync/gradsync.hpp>
 namespace gs = gradsync;
 struct reads_peer_memory : gs::algo::ring {  // a user algorithm declaring the need
-  static constexpr bool needs_peer_access = true;
+  static constexpr gs::algorithm_traits traits{.needs_peer_access = true};
 };
 void f(gs::transport::local& t) {
   std::vector<float> v(4);

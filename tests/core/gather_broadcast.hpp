@@ -17,17 +17,14 @@ namespace gradsync_test {
 
 struct gather_broadcast {
   static constexpr std::string_view name = "gather_broadcast";
-  static constexpr bool needs_peer_access = false;
-  static constexpr bool needs_native = false;
-  static constexpr bool generic = true;           // only the transport concept
-  static constexpr std::size_t scratch_slot = 7;  // the slot no library algorithm uses
+  static constexpr gradsync::algorithm_traits traits{.generic = true};  // the concept only
 
   template <gradsync::transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const gradsync::call_context& ctx) {
     const std::size_t n = t.size(), count = data.size();
     if (n > 1 && count > 0) {
       if (t.rank() == 0) {
-        T* tmp = static_cast<T*>(t.scratch().get(scratch_slot, data.size_bytes()));
+        T* tmp = static_cast<T*>(t.scratch().template get<gather_broadcast>(data.size_bytes()));
         for (std::size_t q = 1; q < n; ++q) {
           auto rq = t.irecv(q, tmp, data.size_bytes(), ctx.tag);
           t.wait(rq, ctx.until);

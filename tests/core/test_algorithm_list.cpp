@@ -18,6 +18,7 @@
 #include <gradsync/algo/runs_on.hpp>
 #include <gradsync/gradsync.hpp>
 #include <gradsync/observe/traced_transport.hpp>
+#include <gradsync/transport/shm.hpp>
 
 #include "gather_broadcast.hpp"
 #include "two_level_ranks.hpp"
@@ -38,6 +39,39 @@ static_assert(!gs::runs_on_v<gather_broadcast, local2>);  // flat: two_level run
 static_assert(gs::runs_on_v<algo::hierarchical<gather_broadcast>, local2>);
 static_assert(gs::observe::traces_steps_v<gather_broadcast, local>);
 static_assert(algo::algorithm_names<test_algorithms>().back() == "gather_broadcast");
+
+// Declared capabilities, read through traits_of / transport_traits_of.
+static_assert(gs::traits_of<algo::ring, local>().generic);
+static_assert(!gs::traits_of<algo::ring, local>().checks_headers);
+static_assert(gs::traits_of<algo::direct_two_shot, gs::transport::shm>().checks_finite);
+static_assert(gs::traits_of<algo::auto_select, gs::transport::shm>().checks_headers);
+static_assert(!gs::traits_of<algo::auto_select, local>().checks_headers);
+static_assert(gs::traits_of<algo::auto_select, local>().generic);
+static_assert(!gs::traits_of<algo::auto_select, gs::transport::shm>().generic);
+static_assert(algo::native::traits.needs_native && algo::hierarchical<>::traits.needs_two_level);
+static_assert(!gs::transport_traits_of<local>().may_cross_network);
+static_assert(gs::transport_traits_of<local2>().may_cross_network);
+static_assert(gs::transport_traits_of<gs::transport::shm>().takes_wait_hook);
+static_assert(algo::tuning::segment_bytes_for<local>() == algo::tuning::segment_bytes);
+
+TEST_CASE("workspace: one buffer per key, kept and grown across calls") {
+  gs::workspace w;
+  struct a_key;
+  struct b_key;
+  void* const a = w.get<a_key>(100);
+  void* const b = w.get<b_key>(100);
+  CHECK(a != b);
+  CHECK(reinterpret_cast<std::uintptr_t>(a) % gs::workspace::alignment == 0);
+  CHECK(w.get<a_key>(64) == a);  // smaller: the same buffer
+  CHECK(w.held_bytes() == 2 * 128);
+  // Each key's bytes stay its own: b's contents survive a's growth.
+  static_cast<unsigned char*>(b)[0] = 0x5a;
+  (void)w.get<a_key>(1 << 20);
+  CHECK(static_cast<unsigned char*>(w.get<b_key>(1))[0] == 0x5a);
+  CHECK(w.held_bytes() == (std::size_t{1} << 20) + 128);
+  // An algorithm's own type is a key like any other (gather_broadcast uses itself).
+  CHECK(w.get<gather_broadcast>(8) != w.get<algo::tree>(8));
+}
 
 TEST_CASE("algorithm list: names are unique and the library's come first") {
   const auto names = algo::algorithm_names<test_algorithms>();

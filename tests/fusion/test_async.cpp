@@ -349,9 +349,15 @@ namespace {
 // transport::mpi does under MPI_THREAD_FUNNELED).
 struct picky_local : gs::transport::local {
   using local::local;
+  static constexpr gs::transport_traits traits = [] {
+    gs::transport_traits t = local::traits;
+    t.thread_levels = true;
+    return t;
+  }();
   static void require_thread_level() {
     throw gs::error(gs::errc::invalid_argument, {}, "provides MPI_THREAD_FUNNELED (test double)");
   }
+  static bool allows_helper_thread() { return false; }
 };
 static_assert(gs::transport_policy<picky_local>);
 }  // namespace

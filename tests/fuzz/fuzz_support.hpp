@@ -169,6 +169,7 @@ class fuzz_transport {
   static constexpr memory_space memory = memory_space::host;
   static constexpr bool peer_access = false;
   static constexpr bool native_allreduce = false;
+  static constexpr transport_traits traits{};
 
   struct request {
     std::size_t peer = 0;

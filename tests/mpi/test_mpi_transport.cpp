@@ -111,7 +111,7 @@ GS_MPI_TEST("transport: rank, size and a private communicator", 30) {
   MPI_Comm_compare(t.comm(), MPI_COMM_WORLD, &cmp);
   GS_CHECK_MSG(cmp == MPI_CONGRUENT, "the transport must use a duplicate, not the user's comm");
   GS_CHECK(t.next_seq() == 0 && t.next_seq() == 1 && t.last_seq() == 1);
-  GS_CHECK(t.scratch().get(0, 100) != nullptr);
+  GS_CHECK(t.scratch().get<struct any_user>(100) != nullptr);
 }
 
 // A user message on the user's communicator, with the very tag and route the library

@@ -21,6 +21,7 @@ class forwarding {
   static constexpr memory_space memory = Tr::memory;
   static constexpr bool peer_access = false;  // the messages are what the test watches
   static constexpr bool native_allreduce = false;
+  static constexpr transport_traits traits{.watches_stalls = true};  // no other extras
 
   explicit forwarding(Tr& t) : t_(t) {}
   std::size_t rank() const { return t_.rank(); }

@@ -17,8 +17,7 @@ inline constexpr std::size_t last_rank = ~std::size_t{0};
 template <std::size_t Bad>
 struct ring_then_flip {
   static constexpr std::string_view name = "ring_then_flip";
-  static constexpr bool needs_peer_access = false;
-  static constexpr bool needs_native = false;
+  static constexpr algorithm_traits traits{};
   template <class Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& c) {
     algo::ring::run(t, data, op, c);

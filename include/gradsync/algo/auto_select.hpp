@@ -84,21 +84,18 @@ inline constexpr auto_choice auto_choose(std::size_t bytes, std::size_t ranks,
 
 struct auto_select {
   static constexpr std::string_view name = "auto";
-  static constexpr bool needs_peer_access = false;
-  static constexpr bool needs_native = false;
   /// Whether every choice over Tr is a direct algorithm (host peer-memory transports: shm).
   template <class Tr>
   static constexpr bool direct_on = peer_memory_transport<Tr> && (Tr::memory == memory_space::host);
-  /// On shm every choice is a direct algorithm, which compares the call headers itself,
-  /// so allreduce() skips its agree() round trip there.
+  static constexpr algorithm_traits traits{.chooses = true};
+  /// On shm every choice is a direct algorithm, which compares the call headers and
+  /// checks for NaN and Inf itself, so allreduce() skips those passes there. Where Tr
+  /// has no extras to choose, every choice is ring, tree or halving_doubling (generic).
   template <class Tr>
-  static constexpr bool checks_headers_on = direct_on<Tr>;
-  /// They check the input for NaN and Inf themselves too (check_finite).
-  template <class Tr>
-  static constexpr bool checks_finite_on = direct_on<Tr>;
-  /// Where Tr has no extras to choose, every choice is ring, tree or halving_doubling.
-  template <class Tr>
-  static constexpr bool generic_on = !Tr::peer_access && !Tr::native_allreduce;
+  static constexpr algorithm_traits traits_on{.generic = !Tr::peer_access && !Tr::native_allreduce,
+                                              .checks_headers = direct_on<Tr>,
+                                              .checks_finite = direct_on<Tr>,
+                                              .chooses = true};
 
   /// On a host peer-memory transport: one-shot up to this size, two-shot above.
   static constexpr std::size_t one_shot_max_bytes = 256 << 10;

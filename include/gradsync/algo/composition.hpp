@@ -29,21 +29,6 @@ enum class composition_fault {
   host_on_device,     ///< a host-memory algorithm on a device transport
 };
 
-namespace detail {
-template <class A>
-inline constexpr bool wants_native = requires {
-  requires A::needs_native;
-};
-template <class A>
-inline constexpr bool wants_peer_access = requires {
-  requires A::needs_peer_access;
-};
-template <class A>
-inline constexpr bool wants_two_level = requires {
-  requires A::needs_two_level;
-};
-}  // namespace detail
-
 /// The table itself: which rule algorithm A breaks on transport Tr (a flat host transport,
 /// a transport::two_level, or a device transport).
 template <class A,   ///< the algorithm (algo::ring, algo::hierarchical<>, ...)
@@ -62,20 +47,20 @@ constexpr composition_fault composition_fault_of() {
       return none;
     }
   } else if constexpr (device_transport<Tr>) {
-    if constexpr (detail::wants_native<A>) {
+    if constexpr (declared_traits<A>().needs_native) {
       return Tr::native_allreduce ? none : needs_native;
     } else {
       return device_algorithm_for<A, Tr> ? none : host_on_device;
     }
   } else if constexpr (!transport_policy<Tr>) {
     return not_a_transport;
-  } else if constexpr (detail::wants_two_level<A>) {
+  } else if constexpr (declared_traits<A>().needs_two_level) {
     return needs_two_level;
-  } else if constexpr (detail::wants_peer_access<A> && !Tr::peer_access) {
+  } else if constexpr (declared_traits<A>().needs_peer_access && !Tr::peer_access) {
     return needs_peer_access;
-  } else if constexpr (detail::wants_native<A> && !Tr::native_allreduce) {
+  } else if constexpr (declared_traits<A>().needs_native && !Tr::native_allreduce) {
     return needs_native;
-  } else if constexpr (!algorithm_for<A, Tr>) {
+  } else if constexpr (!algorithm_for<A, Tr>) {  // a missing `traits` lands here too
     return not_an_algorithm;
   } else {
     return none;
@@ -106,7 +91,8 @@ constexpr void check_composition() {
                 "has none (transport::local, shm); use algo::ring or algo::auto_select");
   static_assert(f != not_an_algorithm,
                 "gradsync: the algorithm does not satisfy gradsync::algorithm_for<A, "
-                "Transport> (see algo/concept.hpp)");
+                "Transport> (algo/concept.hpp): it needs a `name`, `static constexpr "
+                "gradsync::algorithm_traits traits{...}` and a static run(t, span, op, ctx)");
   static_assert(f != flat_on_two_level,
                 "gradsync: a transport::two_level runs algo::hierarchical<InterAlgo> (e.g. "
                 "allreduce<algo::hierarchical<algo::ring>>(t, data, op)); flat algorithms run "

@@ -45,13 +45,11 @@ namespace gradsync::algo {
 /// per call while the input fits a slot (transport::shm: 32 KiB), else per chunk.
 struct direct_one_shot {
   static constexpr std::string_view name = "direct_one_shot";
-  static constexpr bool needs_peer_access = true;
-  static constexpr bool needs_native = false;
-  /// Compares the call headers in its first exchange; allreduce() skips agree().
-  static constexpr bool checks_headers = true;
-  /// Checks the input for NaN and Inf itself (check_finite), sharing the findings in a
-  /// stage flag instead of a message round.
-  static constexpr bool checks_finite = true;
+  /// Compares the call headers in its first exchange (allreduce() skips agree()), and
+  /// checks the input for NaN and Inf itself, sharing the findings in a stage flag
+  /// instead of a message round.
+  static constexpr algorithm_traits traits{
+      .needs_peer_access = true, .checks_headers = true, .checks_finite = true};
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
@@ -89,15 +87,11 @@ struct direct_one_shot {
 /// buffer (plus one), besides the header round.
 struct direct_two_shot {
   static constexpr std::string_view name = "direct_two_shot";
-  static constexpr bool needs_peer_access = true;
-  static constexpr bool needs_native = false;
-  /// Workspace slot of the registered path's reduce block (distinct per list entry).
-  static constexpr std::size_t scratch_slot = detail::registered_scratch_slot;
-  /// Compares the call headers in its first exchange; allreduce() skips agree().
-  static constexpr bool checks_headers = true;
-  /// Checks the input for NaN and Inf itself (check_finite): staged, in the copy that
-  /// stages each chunk, so a late chunk's NaN is found after earlier chunks were reduced.
-  static constexpr bool checks_finite = true;
+  /// Compares the call headers in its first exchange (allreduce() skips agree()), and
+  /// checks the input for NaN and Inf itself: staged, in the copy that stages each
+  /// chunk, so a late chunk's NaN is found after earlier chunks were reduced.
+  static constexpr algorithm_traits traits{
+      .needs_peer_access = true, .checks_headers = true, .checks_finite = true};
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {

@@ -34,13 +34,10 @@ namespace gradsync::algo {
 
 struct halving_doubling {
   static constexpr std::string_view name = "halving_doubling";
-  static constexpr bool needs_peer_access = false;
-  static constexpr bool needs_native = false;
-  static constexpr bool generic = true;  // the transport concept alone (algo/concept.hpp)
+  static constexpr algorithm_traits traits{.generic = true};
 
-  /// Workspace slot for the reduce-scatter's in-flight receive segments (distinct per
-  /// list entry: algo/list.hpp).
-  static constexpr std::size_t scratch_slot = 2;
+  // Its workspace buffer (get<halving_doubling>) holds the reduce-scatter's in-flight
+  // receive segments.
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op, const call_context& ctx) {
@@ -66,7 +63,8 @@ struct halving_doubling {
     const std::size_t most = rem ? count : (count + 1) / 2;
     const std::size_t k =
         tuning::inflight_segments(t, detail::segments(most, seg), tuning::hd_inflight);
-    std::byte* const buf = static_cast<std::byte*>(t.scratch().get(scratch_slot, k * seg * elem));
+    std::byte* const buf =
+        static_cast<std::byte*>(t.scratch().template get<halving_doubling>(k * seg * elem));
     exchanger<Tr, Ex> x{t, ex, op, ctx, buf, seg, k};
     auto at = [&](std::size_t i) { return base + i * elem; };
 

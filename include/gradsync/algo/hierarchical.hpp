@@ -47,9 +47,7 @@ namespace gradsync::algo {
 template <class InterAlgo = ring>  // the allreduce across nodes (ring, tree, native, ...)
 struct hierarchical {
   static constexpr std::string_view name = "hierarchical";
-  static constexpr bool needs_peer_access = false;
-  static constexpr bool needs_native = false;
-  static constexpr bool needs_two_level = true;  // runs on transport::two_level only
+  static constexpr algorithm_traits traits{.needs_two_level = true};
   using inter_algorithm = InterAlgo;
 
   /// Observes nothing (run()'s default): see run_observed.

@@ -15,13 +15,13 @@
 #include <string_view>
 
 #include "gradsync/algo/auto_select.hpp"
+#include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/direct.hpp"
 #include "gradsync/algo/halving_doubling.hpp"
 #include "gradsync/algo/hierarchical.hpp"
 #include "gradsync/algo/native.hpp"
 #include "gradsync/algo/ring.hpp"
 #include "gradsync/algo/tree.hpp"
-#include "gradsync/core/workspace.hpp"
 
 namespace gradsync::algo {
 
@@ -43,42 +43,14 @@ struct named {
   static constexpr std::string_view name = Name.view();
 };
 
-namespace detail {
-template <class A>
-constexpr std::size_t slot_of() {
-  if constexpr (requires { A::scratch_slot; }) {
-    return A::scratch_slot;
-  } else {
-    return ~std::size_t{0};  // uses no workspace slot of its own (composite or none)
-  }
-}
-// Whether the entries that declare a workspace slot (scratch_slot) each have their own.
-template <class... A>
-constexpr bool slots_distinct() {
-  constexpr std::size_t none = ~std::size_t{0};
-  const std::size_t s[] = {none, slot_of<A>()...};
-  for (std::size_t i = 0; i < sizeof(s) / sizeof(s[0]); ++i)
-    for (std::size_t j = i + 1; j < sizeof(s) / sizeof(s[0]); ++j)
-      if (s[i] != none && s[i] == s[j]) return false;
-  return true;
-}
-template <class... A>
-constexpr bool slots_in_range() {
-  return ((slot_of<A>() == ~std::size_t{0} || slot_of<A>() < workspace::slots) && ...);
-}
-}  // namespace detail
-
-/// A list of named<...> entries. An algorithm that keeps scratch in the transport's
-/// workspace declares `static constexpr std::size_t scratch_slot`; two entries of one
-/// list may not share a slot (their buffers would be resized by each other's calls).
+/// A list of named<...> entries. Each entry declares its traits (algo/concept.hpp); its
+/// scratch buffers are keyed by type in the transport's workspace, so entries cannot
+/// collide there.
 template <class... Entries>
 struct algorithm_list {
-  static_assert(detail::slots_in_range<typename Entries::type...>(),
-                "gradsync: an algorithm's scratch_slot is not below workspace::slots "
-                "(core/workspace.hpp)");
-  static_assert(detail::slots_distinct<typename Entries::type...>(),
-                "gradsync: two algorithms of this list declare the same scratch_slot; give "
-                "the new algorithm a workspace slot no other entry declares");
+  static_assert((declares_traits<typename Entries::type> && ...),
+                "gradsync: every algorithm of a list declares `static constexpr "
+                "gradsync::algorithm_traits traits{...}` (algo/concept.hpp)");
 };
 
 /// The list with more entries appended (a test's own algorithm, a user's).

@@ -28,8 +28,7 @@ concept native_callable = requires(Tr& t, T* p, std::size_t n, Op op, const call
 
 struct native {
   static constexpr std::string_view name = "native";
-  static constexpr bool needs_peer_access = false;
-  static constexpr bool needs_native = true;
+  static constexpr algorithm_traits traits{.needs_native = true};
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {

@@ -34,8 +34,7 @@ concept ring_device_transport = requires(Tr& t, const void* cp, void* p, std::si
 
 struct nccl_ring {
   static constexpr std::string_view name = "nccl_ring";
-  static constexpr bool needs_peer_access = false;
-  static constexpr bool needs_native = false;
+  static constexpr algorithm_traits traits{};
 
   /// Tr: transport::nccl (or any ring_device_transport: the CPU test runs it over
   /// transport::local with host scratch and the host executor).

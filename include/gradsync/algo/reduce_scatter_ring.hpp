@@ -21,10 +21,8 @@ namespace gradsync::algo {
 
 struct reduce_scatter_ring {
   static constexpr std::string_view name = "reduce_scatter_ring";
-  /// Workspace slot of the rotated working copy, kept across calls: a fresh vector per
-  /// call costs a zeroing pass and page faults (docs/collectives.md). The allreduce
-  /// algorithms use slots 0, 1, 2 and 5; the two-level reduce_scatter and allgather 4 and 6.
-  static constexpr std::size_t scratch_slot = 3;
+  // Its rotated working copy stays in the workspace (get<reduce_scatter_ring>) across
+  // calls: a fresh vector per call costs a zeroing pass and page faults (docs/collectives.md).
 
   /// out (m elements) := block `rank` of the reduction of every rank's `in` (n blocks of
   /// m elements, block q for rank q); op::avg divides by n. Returns the bytes sent.
@@ -38,7 +36,8 @@ struct reduce_scatter_ring {
       return 0;
     }
     // work chunk c holds input block c - 1: the pass reduces chunk r + 1 onto rank r.
-    T* const work = static_cast<T*>(t.scratch().get(scratch_slot, n * m * sizeof(T)));
+    T* const work =
+        static_cast<T*>(t.scratch().template get<reduce_scatter_ring>(n * m * sizeof(T)));
     for (std::size_t c = 0; c < n; ++c) {
       std::memcpy(work + c * m, in.data() + ((c + n - 1) % n) * m, m * sizeof(T));
     }

@@ -18,11 +18,7 @@ namespace gradsync::algo {
 
 struct ring {
   static constexpr std::string_view name = "ring";
-  static constexpr bool needs_peer_access = false;
-  static constexpr bool needs_native = false;
-  static constexpr bool generic = true;  // the transport concept alone (algo/concept.hpp)
-  /// Workspace slot of its in-flight receives (distinct per list entry: algo/list.hpp).
-  static constexpr std::size_t scratch_slot = detail::ring_scratch_slot;
+  static constexpr algorithm_traits traits{.generic = true};
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {

@@ -29,13 +29,10 @@ namespace gradsync::algo {
 
 struct tree {
   static constexpr std::string_view name = "tree";
-  static constexpr bool needs_peer_access = false;
-  static constexpr bool needs_native = false;
-  static constexpr bool generic = true;  // the transport concept alone (algo/concept.hpp)
+  static constexpr algorithm_traits traits{.generic = true};
 
-  /// Workspace slot for the reduce-up receive buffers: 2 trees x 2 children x 2
-  /// (double buffering) segments (distinct per list entry: algo/list.hpp).
-  static constexpr std::size_t scratch_slot = 1;
+  // Its workspace buffer (get<tree>) holds the reduce-up receives: 2 trees x 2
+  // children x 2 (double buffering) segments.
 
   // Schedule, per tree, for a node at depth d (D = the tree's height), segment j:
   //   step j+D-d-1  post the receives of segment j from the children (scratch)
@@ -75,7 +72,7 @@ struct tree {
     const std::size_t half_max = detail::part(count, 2, 0).count;
     const std::size_t seg =
         std::min(half_max, std::max<std::size_t>(1, tuning::segment_bytes / elem));
-    std::byte* const buf = static_cast<std::byte*>(t.scratch().get(scratch_slot, 8 * seg * elem));
+    std::byte* const buf = static_cast<std::byte*>(t.scratch().template get<tree>(8 * seg * elem));
 
     struct lane {
       detail::tree_node node;

@@ -14,46 +14,34 @@ namespace gradsync::algo::tuning {
 /// 10 us at 25 GB/s). A transport may ask for another (segment_bytes_for below).
 inline constexpr std::size_t segment_bytes = 256 << 10;
 
-/// Pipeline segment of ring and halving_doubling over transport Tr: Tr's own
-/// `static constexpr std::size_t pipeline_segment_bytes` when it declares one (a
-/// transport whose per-message cost is high, e.g. MPI's rendezvous handshake), else
-/// segment_bytes. tree keeps segment_bytes: its pipeline fills once per tree level.
+/// Pipeline segment of ring and halving_doubling over transport Tr: its traits'
+/// pipeline_segment_bytes when set (a transport whose per-message cost is high, e.g.
+/// MPI's rendezvous handshake), else segment_bytes. tree keeps segment_bytes: its
+/// pipeline fills once per tree level.
 template <class Tr>
 constexpr std::size_t segment_bytes_for() {
-  if constexpr (requires { Tr::pipeline_segment_bytes; }) {
-    static_assert(Tr::pipeline_segment_bytes > 0, "pipeline_segment_bytes must be > 0");
-    return Tr::pipeline_segment_bytes;
-  } else {
-    return segment_bytes;
-  }
+  constexpr std::size_t own = transport_traits_of<Tr>().pipeline_segment_bytes;
+  return own ? own : segment_bytes;
 }
 
 /// How many segments behind its receives the ring completes its sends within a step:
-/// Tr's own `static constexpr std::size_t ring_send_lag` when it declares one, else 0
-/// (sends are completed only at the end of each step). A transport whose sends hold a
-/// resource until they complete (transport::mpi's staging blocks) declares a small lag
-/// so the resource comes back while the segment is still hot in the caches.
+/// Tr's traits' ring_send_lag (default 0: sends are completed only at the end of each
+/// step). A transport whose sends hold a resource until they complete (transport::mpi's
+/// staging blocks) declares a small lag so the resource comes back while the segment is
+/// still hot in the caches.
 template <class Tr>
 constexpr std::size_t send_lag_for() {
-  if constexpr (requires { Tr::ring_send_lag; }) {
-    return Tr::ring_send_lag;
-  } else {
-    return 0;
-  }
+  return transport_traits_of<Tr>().ring_send_lag;
 }
 
 /// How many pieces of a pipelined two-level allgather go to each other node at once:
-/// Tr's own `static constexpr std::size_t pieces_in_flight` when it declares one, else 0
-/// (all of them; every receive is posted at once either way). MPI interleaves concurrent
-/// sends to one peer, so that all pieces arrive together at the end; sent one at a time
-/// they arrive in order and the node phase of each overlaps the next one's crossing.
+/// Tr's traits' pieces_in_flight (default 0: all of them; every receive is posted at once
+/// either way). MPI interleaves concurrent sends to one peer, so that all pieces arrive
+/// together at the end; sent one at a time they arrive in order and the node phase of
+/// each overlaps the next one's crossing.
 template <class Tr>
 constexpr std::size_t pieces_in_flight_for() {
-  if constexpr (requires { Tr::pieces_in_flight; }) {
-    return Tr::pieces_in_flight;
-  } else {
-    return 0;
-  }
+  return transport_traits_of<Tr>().pieces_in_flight;
 }
 
 /// Receives kept in flight by the ring's reduce-scatter (scratch slots of a segment each).

@@ -92,14 +92,6 @@ class stall_watch {
   clock::time_point start_{}, next_{};
 };
 
-namespace detail {
-/// Tells t that this rank enters call `seq` (its stall watch), when t keeps one.
-template <class Tr>
-void enter_call(Tr& t, std::uint64_t seq, const call_note& note) {
-  if constexpr (requires { t.enter_call(seq, note); }) t.enter_call(seq, note);
-}
-}  // namespace detail
-
 }  // namespace gradsync
 
 #if GRADSYNC_HEADER_ONLY

@@ -108,9 +108,7 @@ class bucket_runner final : public bucket_runner_base {
   /// "direct_one_shot x1, direct_two_shot x4" when Algorithm chooses per bucket (it has
   /// choice<Tr>(bytes, n), as algo::auto_select), else empty.
   std::string choices(const fusion::plan& p) const override {
-    if constexpr (requires {
-                    Algorithm::template choice<Transport>(std::size_t{}, std::size_t{});
-                  }) {
+    if constexpr (Algorithm::traits.chooses) {
       const bool net = algo::tuning::crosses_network(t_);
       return count_choices(p, [&](std::size_t bytes) {
         return Algorithm::template choice<Transport>(bytes, t_.size(), net);

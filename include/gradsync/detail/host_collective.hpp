@@ -13,6 +13,11 @@
 
 namespace gradsync::detail {
 
+/// Name the two buffers the two-level reduce_scatter and allgather keep in the node
+/// transport's workspace (shared: the two are never active in one call).
+struct level_scratch_across;
+struct level_scratch_inside;
+
 /// Fails the build unless Tr is a host transport or a two_level of them.
 template <class Tr>
 constexpr void check_host_collective() {

@@ -26,10 +26,10 @@ namespace gradsync::observe {
 
 /// True when algorithm A on transport Tr only uses the transport concept, so it can run
 /// on a traced_transport (which hides Tr's extras): A declares itself generic
-/// (gradsync::generic_on_v, algo/concept.hpp).
+/// (its traits say `generic`, algo/concept.hpp).
 template <class A, class Tr>
 inline constexpr bool traces_steps_v =
-    !A::needs_peer_access && !A::needs_native && generic_on_v<A, Tr>;
+    !A::traits.needs_peer_access && !A::traits.needs_native && traits_of<A, Tr>().generic;
 
 /// An executor that times reductions and otherwise behaves as Ex (it derives from it).
 template <class Ex>
@@ -54,12 +54,14 @@ class traced_transport {
   static constexpr memory_space memory = Tr::memory;
   static constexpr bool peer_access = false;       // extras are not forwarded
   static constexpr bool native_allreduce = false;  // (see traces_steps_v)
-  /// The wrapped transport's pipeline segment, so that tracing keeps the same steps.
-  static constexpr std::size_t pipeline_segment_bytes = algo::tuning::segment_bytes_for<Tr>();
-  /// Likewise the ring's send lag (algo::tuning::send_lag_for).
-  static constexpr std::size_t ring_send_lag = algo::tuning::send_lag_for<Tr>();
-  /// And its pieces in flight (algo::tuning::pieces_in_flight_for).
-  static constexpr std::size_t pieces_in_flight = algo::tuning::pieces_in_flight_for<Tr>();
+  /// The wrapped transport's pipeline segment, ring send lag and pieces in flight, so
+  /// that tracing keeps the same steps; crosses_network() is forwarded (below).
+  static constexpr transport_traits traits{
+      .pipeline_segment_bytes = transport_traits_of<Tr>().pipeline_segment_bytes,
+      .ring_send_lag = transport_traits_of<Tr>().ring_send_lag,
+      .pieces_in_flight = transport_traits_of<Tr>().pieces_in_flight,
+      .may_cross_network = true,
+      .watches_stalls = true};
 
   /// A request of Tr plus what it was for.
   struct request {
@@ -73,7 +75,7 @@ class traced_transport {
   std::size_t rank() const { return t_.rank(); }
   std::size_t size() const { return t_.size(); }
   /// Forwarded too: across a network the algorithms keep more receives in flight.
-  bool crosses_network() const { return algo::tuning::crosses_network(t_); }
+  bool crosses_network() const { return gradsync::crosses_network(t_); }
 
   request isend(std::size_t peer, const void* data, std::size_t bytes, std::uint32_t tag) {
     sent_ += bytes;

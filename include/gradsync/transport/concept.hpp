@@ -9,12 +9,30 @@
 #include <string_view>
 
 #include "gradsync/core/deadline.hpp"
+#include "gradsync/core/stall.hpp"
 #include "gradsync/core/workspace.hpp"
 
 namespace gradsync {
 
 /// Where a transport's buffers live.
 enum class memory_space : std::uint8_t { host, device };
+
+/// A host transport's declared extras: `static constexpr gradsync::transport_traits
+/// traits{...}`. Designated initialisers, so a misspelt one does not compile; each flag
+/// says the transport has the member functions named (checked: transport_traits_of).
+struct transport_traits {
+  std::size_t pipeline_segment_bytes = 0;  ///< ring's segment (0: algo::tuning::segment_bytes)
+  std::size_t ring_send_lag = 0;           ///< segments the ring's sends may trail its receives
+  std::size_t pieces_in_flight = 0;        ///< two-level allgather pieces sent at once (0: all)
+  bool may_cross_network = false;          ///< has crosses_network(): ranks may span hosts
+  bool serves_peers = false;               ///< has serve_peers(blocked_on): stall queries, answered
+  bool takes_wait_hook = false;            ///< has set_wait_hook(f): its waits call f
+  bool thread_levels = false;              ///< has require_thread_level(), allows_helper_thread()
+  bool watches_stalls = false;             ///< has enter_call(seq, note): a stall watch
+  bool aborts = false;                     ///< has abort() (noexcept, from any thread)
+  bool relays_failures = false;            ///< has announce_failure(cause) and failure_notice()
+  bool describes_ranks = false;            ///< has describe_rank(q): "rank 5 on host-b"
+};
 
 /// A transport moves bytes between the ranks of a group and reduces them where they live.
 template <class T>
@@ -32,7 +50,68 @@ concept transport_policy = requires(T& t, const T& ct, void* p, const void* cp, 
   { t.next_seq() } -> std::same_as<std::uint64_t>;  // per-call sequence number, same on all ranks
   { t.scratch() } -> std::same_as<workspace&>;      // persistent scratch buffers
   t.executor();                                     // reduce/copy/finalize where data lives
+  { T::traits } -> std::convertible_to<transport_traits>;  // its extras (transport_traits)
 };
+
+/// Tr's traits, checked against its members both ways: a declared extra without its
+/// member function, or a member function its traits do not declare, does not compile.
+template <class Tr>
+constexpr transport_traits transport_traits_of() {
+  constexpr transport_traits d = Tr::traits;
+  static_assert(d.pipeline_segment_bytes == 0 || d.pipeline_segment_bytes % 64 == 0,
+                "gradsync: transport_traits::pipeline_segment_bytes is 0 (the default) or a "
+                "multiple of 64 bytes");
+  static_assert(
+      d.may_cross_network ==
+          requires(const Tr& t) {
+            { t.crosses_network() } -> std::convertible_to<bool>;
+          },
+      "gradsync: a transport has `bool crosses_network() const` exactly when its traits say "
+      ".may_cross_network = true");
+  static_assert(
+      d.serves_peers ==
+          requires(Tr & t) {
+            { t.serve_peers(std::uint64_t{}) } -> std::convertible_to<std::string>;
+          },
+      "gradsync: a transport has `std::string serve_peers(std::uint64_t)` exactly when its "
+      "traits say .serves_peers = true");
+  static_assert(
+      d.takes_wait_hook == requires(Tr & t) { t.set_wait_hook({}); },
+      "gradsync: a transport has set_wait_hook(f) exactly when its traits say "
+      ".takes_wait_hook = true");
+  static_assert(
+      d.thread_levels ==
+          requires {
+            Tr::require_thread_level();
+            { Tr::allows_helper_thread() } -> std::convertible_to<bool>;
+          },
+      "gradsync: a transport has static require_thread_level() and allows_helper_thread() "
+      "exactly when its traits say .thread_levels = true");
+  static_assert(
+      d.watches_stalls ==
+          requires(Tr & t, const call_note& n) { t.enter_call(std::uint64_t{}, n); },
+      "gradsync: a transport has enter_call(seq, note) exactly when its traits say "
+      ".watches_stalls = true");
+  static_assert(
+      d.aborts == requires(Tr & t) { t.abort(); },
+      "gradsync: a transport has abort() exactly when its traits say .aborts = true");
+  static_assert(
+      d.relays_failures ==
+          requires(Tr & t) {
+            t.announce_failure("");
+            { t.failure_notice() } -> std::convertible_to<std::string>;
+          },
+      "gradsync: a transport has announce_failure(cause) and failure_notice() exactly when its "
+      "traits say .relays_failures = true");
+  static_assert(
+      d.describes_ranks ==
+          requires(const Tr& t) {
+            { t.describe_rank(std::size_t{}) } -> std::convertible_to<std::string>;
+          },
+      "gradsync: a transport has describe_rank(q) exactly when its traits say "
+      ".describes_ranks = true");
+  return d;
+}
 
 /// A transport whose buffers live in host memory.
 template <class T>
@@ -63,26 +142,22 @@ concept peer_memory_transport = peer_access_transport<T> &&
 template <class T>
 concept native_allreduce_transport = transport_policy<T> && T::native_allreduce;
 
-/// Whether t's messages cross a network between hosts: t.crosses_network() when Tr
-/// declares it (transport::mpi finds out at construction), else false.
+/// Whether t's messages cross a network between hosts: t.crosses_network() when Tr's
+/// traits say it may (transport::mpi finds out at construction), else false.
 template <class Tr>
 bool crosses_network(const Tr& t) {
-  if constexpr (requires {
-                  { t.crosses_network() } -> std::convertible_to<bool>;
-                }) {
+  if constexpr (transport_traits_of<Tr>().may_cross_network) {
     return t.crosses_network();
   } else {
     return false;
   }
 }
 
-/// How messages name rank q of t: t.describe_rank(q) when Tr has it (transport::mpi:
-/// "rank 5 on host-b", the job's rank and its host), else "rank q".
+/// How messages name rank q of t: t.describe_rank(q) when Tr's traits say it has one
+/// (transport::mpi: "rank 5 on host-b", the job's rank and its host), else "rank q".
 template <class Tr>
 std::string describe_rank(const Tr& t, std::size_t q) {
-  if constexpr (requires {
-                  { t.describe_rank(q) } -> std::convertible_to<std::string>;
-                }) {
+  if constexpr (transport_traits_of<Tr>().describes_ranks) {
     return t.describe_rank(q);
   } else {
     return "rank " + std::to_string(q);
@@ -100,5 +175,13 @@ concept device_transport = requires(Tr& t, const Tr& ct, deadline d) {
   { t.next_seq() } -> std::same_as<std::uint64_t>;        // per-call sequence number
   t.synchronize(d);                                       // wait for enqueued work by d
 };
+
+namespace detail {
+/// Tells t that this rank enters call `seq` (its stall watch), when t keeps one.
+template <class Tr>
+void enter_call(Tr& t, std::uint64_t seq, const call_note& note) {
+  if constexpr (transport_traits_of<Tr>().watches_stalls) t.enter_call(seq, note);
+}
+}  // namespace detail
 
 }  // namespace gradsync

@@ -132,19 +132,27 @@ class mpi {
   static constexpr memory_space memory = memory_space::host;
   static constexpr bool peer_access = false;
   static constexpr bool native_allreduce = true;
-  /// Pipeline segment of ring and halving_doubling (algo::tuning::segment_bytes_for).
-  /// Every MPI message above the eager limit pays a rendezvous handshake and a
-  /// completion message, and on one host the MPI copies it in the receiver's MPI_Test
-  /// (Open MPI's and MPICH's CMA path), so a smaller segment buys no overlap
-  /// (docs/perf/tuning.md, "transport::mpi constants").
-  static constexpr std::size_t pipeline_segment_bytes = std::size_t{1} << 20;
-  /// The ring completes each send one segment after the matching receive instead of at
-  /// the end of the step (algo::tuning::send_lag_for), so a staged send's huge-page block
-  /// is reused while hot (docs/perf/tuning.md, "transport::mpi constants").
-  static constexpr std::size_t ring_send_lag = 1;
-  /// Pieces of a pipelined two-level allgather sent to a peer at once (0: all;
-  /// algo::tuning::pieces_in_flight_for): see detail::mpi_pieces_in_flight.
-  static constexpr std::size_t pieces_in_flight = detail::mpi_pieces_in_flight;
+  /// - pipeline segment of ring and halving_doubling 1 MiB: every MPI message above the
+  ///   eager limit pays a rendezvous handshake and a completion message, and on one host
+  ///   the MPI copies it in the receiver's MPI_Test (Open MPI's and MPICH's CMA path), so
+  ///   a smaller segment buys no overlap;
+  /// - the ring completes each send one segment after the matching receive instead of at
+  ///   the end of the step, so a staged send's huge-page block is reused while hot
+  ///   (both: docs/perf/tuning.md, "transport::mpi constants");
+  /// - pieces of a pipelined two-level allgather sent to a peer at once: see
+  ///   detail::mpi_pieces_in_flight;
+  /// - crosses_network(), serve_peers(), the thread levels, the stall watch, abort(),
+  ///   the failure relay and describe_rank(): below.
+  static constexpr transport_traits traits{.pipeline_segment_bytes = std::size_t{1} << 20,
+                                           .ring_send_lag = 1,
+                                           .pieces_in_flight = detail::mpi_pieces_in_flight,
+                                           .may_cross_network = true,
+                                           .serves_peers = true,
+                                           .thread_levels = true,
+                                           .watches_stalls = true,
+                                           .aborts = true,
+                                           .relays_failures = true,
+                                           .describes_ranks = true};
 
   /// A posted send or receive: one MPI request per piece of at most max_message_bytes.
   /// Destroying an unfinished one cancels it (receives reliably; sends as far as the MPI

@@ -255,6 +255,8 @@ class shm {
   static constexpr memory_space memory = memory_space::host;
   static constexpr bool peer_access = true;
   static constexpr bool native_allreduce = false;
+  static constexpr transport_traits traits{
+      .takes_wait_hook = true, .watches_stalls = true, .aborts = true, .relays_failures = true};
 
   /// Flag indices of peer_memory_transport: the stamps of slots 0 and 1, the chunk
   /// stage of the direct algorithms, and the last completed direct call.

@@ -62,6 +62,9 @@ class two_level {
   using inter_type = Inter;
   static constexpr std::string_view name = "two_level";
   static constexpr memory_space memory = Intra::memory;
+  /// crosses_network() (agreed at construction) and both levels' thread levels.
+  static constexpr transport_traits traits{
+      .may_cross_network = true, .thread_levels = true, .aborts = true};
 
   /// Takes both transports; collective over both (checks the layout, see above).
   two_level(Intra intra, Inter inter) : intra_(std::move(intra)), inter_(std::move(inter)) {
@@ -117,7 +120,7 @@ class two_level {
   /// This rank as messages name it: as Inter names it when Inter knows the job's ranks
   /// and hosts (transport::mpi: "rank 5 on node-b"), else "rank <rank()>".
   std::string describe_self() const {
-    if constexpr (requires { inter_.describe_rank(std::size_t{}); }) {
+    if constexpr (transport_traits_of<Inter>().describes_ranks) {
       return inter_.describe_rank(inter_.rank());
     } else {
       return "rank " + std::to_string(rank());
@@ -126,8 +129,8 @@ class two_level {
   /// Aborts both levels (their abort(), where they have one): every wait of this rank
   /// fails with errc::aborted. Thread-safe and async-signal-safe where the levels' are.
   void abort() noexcept {
-    if constexpr (requires { intra_.abort(); }) intra_.abort();
-    if constexpr (requires { inter_.abort(); }) inter_.abort();
+    if constexpr (transport_traits_of<Intra>().aborts) intra_.abort();
+    if constexpr (transport_traits_of<Inter>().aborts) inter_.abort();
   }
   /// After this rank failed with `e` (timeout, peer_lost, aborted): tells the peers of
   /// both levels, where the level can carry it (shm marks the rank failed with the cause,
@@ -137,18 +140,16 @@ class two_level {
   void relay_failure(const error& e) noexcept {
     if (e.code() != errc::timeout && e.code() != errc::peer_lost && e.code() != errc::aborted)
       return;
-    if constexpr (requires { intra_.announce_failure(e.what()); })
-      intra_.announce_failure(e.what());
-    if constexpr (requires { inter_.announce_failure(e.what()); })
-      inter_.announce_failure(e.what());
+    if constexpr (transport_traits_of<Intra>().relays_failures) intra_.announce_failure(e.what());
+    if constexpr (transport_traits_of<Inter>().relays_failures) inter_.announce_failure(e.what());
   }
   /// After this rank timed out: a failure another rank announced on either level (see
   /// relay_failure), or "". A rank that timed out waiting on one level while the lost
   /// rank's news sat on the other names the lost rank this way.
   std::string failure_notice() {
     std::string n;
-    if constexpr (requires { inter_.failure_notice(); }) n = inter_.failure_notice();
-    if constexpr (requires { intra_.failure_notice(); }) {
+    if constexpr (transport_traits_of<Inter>().relays_failures) n = inter_.failure_notice();
+    if constexpr (transport_traits_of<Intra>().relays_failures) {
       if (n.empty()) n = intra_.failure_notice();
     }
     return n;
@@ -179,10 +180,8 @@ class two_level {
     two_level& t_;
   };
   /// Whether serving does anything for these levels.
-  static constexpr bool can_serve = requires(Intra & a, Inter& b) {
-    a.set_wait_hook(std::function<std::string(std::size_t)>());
-    { b.serve_peers(std::uint64_t{}) } -> std::convertible_to<std::string>;
-  };
+  static constexpr bool can_serve =
+      transport_traits_of<Intra>().takes_wait_hook && transport_traits_of<Inter>().serves_peers;
   /// Stops (true) or resumes serving from the node's waits, while another thread calls
   /// Inter (algo::hierarchical's pipeline helper, which serves it itself when idle).
   void pause_serving(bool p) {
@@ -214,8 +213,16 @@ class two_level {
   /// The allreducer's progress-thread check (detail/thread_level.hpp), for both levels:
   /// two_level<shm, mpi> needs MPI_THREAD_SERIALIZED like mpi alone.
   static void require_thread_level() {
-    if constexpr (requires { Intra::require_thread_level(); }) Intra::require_thread_level();
-    if constexpr (requires { Inter::require_thread_level(); }) Inter::require_thread_level();
+    if constexpr (transport_traits_of<Intra>().thread_levels) Intra::require_thread_level();
+    if constexpr (transport_traits_of<Inter>().thread_levels) Inter::require_thread_level();
+  }
+  /// Whether algo::hierarchical may call Inter from its pipeline's helper thread.
+  static bool allows_helper_thread() {
+    if constexpr (transport_traits_of<Inter>().thread_levels) {
+      return Inter::allows_helper_thread();
+    } else {
+      return false;  // no thread levels declared: the caller's thread only
+    }
   }
 
  private:
@@ -260,8 +267,8 @@ class two_level {
     // One verdict for all: a flag spread inside the node, across nodes, inside again
     // reaches every rank (each node shares a local index with every other node). Bit 0:
     // a fault; bit 1: a network; bit 2: some rank cannot run Inter on a helper thread.
-    std::size_t flags =
-        (why.empty() ? 0 : 1) | (gradsync::crosses_network(inter_) ? 2 : 0) | (helper_ok() ? 0 : 4);
+    std::size_t flags = (why.empty() ? 0 : 1) | (gradsync::crosses_network(inter_) ? 2 : 0) |
+                        (allows_helper_thread() ? 0 : 4);
     for (int pass = 0; pass < 3; ++pass) {
       for (const std::uint64_t f : pass == 1 ? gather(inter_, flags) : gather(intra_, flags))
         flags |= f;
@@ -275,16 +282,6 @@ class two_level {
           "two_level: " + (why.empty() ? std::string("another rank found the layout of the "
                                                      "job's ranks wrong (its error says how)")
                                        : why));
-    }
-  }
-
-  static bool helper_ok() {
-    if constexpr (requires {
-                    { Inter::allows_helper_thread() } -> std::convertible_to<bool>;
-                  }) {
-      return Inter::allows_helper_thread();
-    } else {
-      return false;
     }
   }
 

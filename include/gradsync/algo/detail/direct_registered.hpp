@@ -35,8 +35,8 @@ concept registered_memory_transport = requires(const Tr& ct, const void* p, std:
   { Tr::npos } -> std::convertible_to<std::size_t>;             // "not registered"
 };
 
-/// The workspace slot of the reduce block.
-inline constexpr std::size_t registered_scratch_slot = 5;
+/// Names the reduce block in the workspace.
+struct registered_scratch;
 
 /// The note a rank publishes for [p, p + bytes): its offset in the rank's heap, or
 /// not_registered (also on transports without a heap).
@@ -132,7 +132,7 @@ void two_shot_registered(direct_call<Tr, T, Op>& c, Op op, bool stream) {
                     : reinterpret_cast<const T*>(registered_at(c, j, c.count_ * sizeof(T)));
     };
     constexpr std::size_t blk = std::max<std::size_t>(1, direct_block_bytes / sizeof(T));
-    T* tmp = static_cast<T*>(t.scratch().get(registered_scratch_slot, blk * sizeof(T)));
+    T* tmp = static_cast<T*>(t.scratch().template get<registered_scratch>(blk * sizeof(T)));
     const range my = part(c.count_, n, r);
     for (std::size_t off = 0; off < my.count; off += blk) {
       const std::size_t len = std::min(blk, my.count - off);

@@ -19,8 +19,8 @@
 
 namespace gradsync::algo::detail {
 
-/// Workspace slot of the ring's in-flight receive buffers (algo::ring::scratch_slot).
-inline constexpr std::size_t ring_scratch_slot = 0;
+/// Names the ring's in-flight receive buffers in the workspace (every ring pass shares them).
+struct ring_pass_scratch;
 
 /// One ring pass over `data` (n = t.size() > 1 ranks). reduce_scatter() leaves this rank
 /// holding chunk owned() reduced over all ranks; allgather() spreads every rank's owned
@@ -31,9 +31,6 @@ class ring_pass {
  public:
   /// What Tr's executor() returns: the type erase_op_for gives ops for.
   using executor_t = decltype(std::declval<const Tr&>().executor());
-  /// Scratch slot of the in-flight receive buffers.
-  static constexpr std::size_t scratch_slot = ring_scratch_slot;
-
   /// The pass over `data`, elements of T.
   template <class T>
   ring_pass(Tr& t, std::span<T> data, const call_context& ctx)
@@ -51,7 +48,8 @@ class ring_pass {
         k_(tuning::inflight_segments(t, segments(part(count_, n_, 0).count, seg_),
                                      tuning::ring_inflight)),
         base_(base),
-        buf_(static_cast<std::byte*>(t.scratch().get(scratch_slot, k_ * seg_ * elem))),
+        buf_(
+            static_cast<std::byte*>(t.scratch().template get<ring_pass_scratch>(k_ * seg_ * elem))),
         recvs_(k_) {}
 
   /// The chunk this rank holds reduced after reduce_scatter().
