@@ -18,24 +18,17 @@
 
 namespace gradsync::detail {
 
-/// Tr has MPI_Ibcast-like broadcast_native(data, bytes, root, ctx).
+/// Tr has its own collectives (its traits say .native_collectives): MPI_Ibcast-like
+/// broadcast_native(data, bytes, root, ctx), MPI_Iallgather-like allgather_native(in,
+/// out, bytes per rank, ctx) and MPI_Ireduce_scatter_block-like reduce_scatter_native.
 template <class Tr>
-inline constexpr bool has_native_broadcast = requires(Tr& t, std::byte* p, std::size_t n,
-                                                      const call_context& c) {
-  t.broadcast_native(p, n, n, c);
-};
-/// Tr has MPI_Iallgather-like allgather_native(in, out, bytes per rank, ctx).
+inline constexpr bool has_native_collectives = transport_traits_of<Tr>().native_collectives;
 template <class Tr>
-inline constexpr bool has_native_allgather = requires(Tr& t, const std::byte* i, std::byte* o,
-                                                      std::size_t n, const call_context& c) {
-  t.allgather_native(i, o, n, c);
-};
-/// Tr has MPI_Ireduce_scatter_block-like reduce_scatter_native<T, Op>.
+inline constexpr bool has_native_broadcast = has_native_collectives<Tr>;
+template <class Tr>
+inline constexpr bool has_native_allgather = has_native_collectives<Tr>;
 template <class Tr, class T, class Op>
-inline constexpr bool has_native_reduce_scatter = requires(Tr& t, const T* i, T* o, std::size_t n,
-                                                           Op op, const call_context& c) {
-  t.reduce_scatter_native(i, o, n, op, c);
-};
+inline constexpr bool has_native_reduce_scatter = has_native_collectives<Tr>;
 
 /// Tr's collectives read the peers' memory (algo::broadcast_direct, allgather_direct,
 /// reduce_scatter_direct) at every size instead of passing messages: transport::shm.

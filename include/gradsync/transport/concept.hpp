@@ -8,7 +8,9 @@
 #include <string>
 #include <string_view>
 
+#include "gradsync/core/call.hpp"
 #include "gradsync/core/deadline.hpp"
+#include "gradsync/core/op.hpp"
 #include "gradsync/core/stall.hpp"
 #include "gradsync/core/workspace.hpp"
 
@@ -32,6 +34,7 @@ struct transport_traits {
   bool aborts = false;                     ///< has abort() (noexcept, from any thread)
   bool relays_failures = false;            ///< has announce_failure(cause) and failure_notice()
   bool describes_ranks = false;            ///< has describe_rank(q): "rank 5 on host-b"
+  bool native_collectives = false;         ///< has broadcast_, allgather_, reduce_scatter_native
 };
 
 /// A transport moves bytes between the ranks of a group and reduces them where they live.
@@ -103,6 +106,16 @@ constexpr transport_traits transport_traits_of() {
           },
       "gradsync: a transport has announce_failure(cause) and failure_notice() exactly when its "
       "traits say .relays_failures = true");
+  static_assert(
+      d.native_collectives ==
+          requires(Tr & t, std::byte * p, const std::byte* cp, float* f, const float* cf,
+                   std::size_t n, const call_context& c) {
+            t.broadcast_native(p, n, n, c);
+            t.allgather_native(cp, p, n, c);
+            t.reduce_scatter_native(cf, f, n, op::sum, c);
+          },
+      "gradsync: a transport has broadcast_native, allgather_native and reduce_scatter_native "
+      "exactly when its traits say .native_collectives = true");
   static_assert(
       d.describes_ranks ==
           requires(const Tr& t) {

@@ -62,7 +62,7 @@ class cuda_ipc {
   static constexpr memory_space memory = memory_space::device;
   static constexpr bool peer_access = true;
   static constexpr bool native_allreduce = true;
-  static constexpr transport_traits traits{.aborts = true};
+  static constexpr transport_traits traits{.aborts = true, .native_collectives = true};
   static constexpr std::size_t max_ranks = 8;
   static constexpr std::size_t flag_region = max_ranks * 1024 * sizeof(unsigned);
   /// Inputs up to this size use one-shot (one barrier, n-fold reads); larger, two-shot.

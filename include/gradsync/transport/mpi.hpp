@@ -152,7 +152,8 @@ class mpi {
                                            .watches_stalls = true,
                                            .aborts = true,
                                            .relays_failures = true,
-                                           .describes_ranks = true};
+                                           .describes_ranks = true,
+                                           .native_collectives = true};
 
   /// A posted send or receive: one MPI request per piece of at most max_message_bytes.
   /// Destroying an unfinished one cancels it (receives reliably; sends as far as the MPI

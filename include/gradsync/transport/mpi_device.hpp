@@ -72,7 +72,7 @@ class mpi_device {
   static constexpr memory_space memory = memory_space::device;
   static constexpr bool peer_access = false;
   static constexpr bool native_allreduce = true;
-  static constexpr transport_traits traits{.aborts = true};
+  static constexpr transport_traits traits{.aborts = true, .native_collectives = true};
 
   mpi_device(mpi& host, int device, bool cuda_aware = mpi_is_cuda_aware())
       : host_(host), device_(device), cuda_aware_(cuda_aware) {
