@@ -7,7 +7,8 @@
 // error or the exact result; corruption of a partial sum in flight cannot be told from a
 // peer with another input, so it may give a wrong sum that every rank holds alike
 // (counted and reported: docs/reliability.md). The transport under the wrapper is the
-// test's: tests/core/test_corrupt_peer.cpp (local), tests/shm/test_shm_corrupt_peer.cpp.
+// test's: tests/core/test_corrupt_peer.cpp (local), tests/shm/test_shm_corrupt_peer.cpp,
+// tests/mpi/test_mpi_corrupt_peer.cpp.
 #pragma once
 
 #include <doctest/doctest.h>

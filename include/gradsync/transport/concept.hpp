@@ -19,7 +19,7 @@ namespace gradsync {
 /// Where a transport's buffers live.
 enum class memory_space : std::uint8_t { host, device };
 
-/// A host transport's declared extras: `static constexpr gradsync::transport_traits
+/// A transport's declared extras: `static constexpr gradsync::transport_traits
 /// traits{...}`. Designated initialisers, so a misspelt one does not compile; each flag
 /// says the transport has the member functions named (checked: transport_traits_of).
 struct transport_traits {
@@ -61,9 +61,6 @@ concept transport_policy = requires(T& t, const T& ct, void* p, const void* cp, 
 template <class Tr>
 constexpr transport_traits transport_traits_of() {
   constexpr transport_traits d = Tr::traits;
-  static_assert(d.pipeline_segment_bytes == 0 || d.pipeline_segment_bytes % 64 == 0,
-                "gradsync: transport_traits::pipeline_segment_bytes is 0 (the default) or a "
-                "multiple of 64 bytes");
   static_assert(
       d.may_cross_network ==
           requires(const Tr& t) {
