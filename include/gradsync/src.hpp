@@ -18,5 +18,6 @@
 #include "gradsync/core/error.ipp"
 #include "gradsync/core/stall.ipp"
 #include "gradsync/transport/shm.ipp"
+#include "gradsync/transport/shm/roster.ipp"
 #include "gradsync/transport/shm/segment.ipp"
 #endif

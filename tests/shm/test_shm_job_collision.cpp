@@ -1,15 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// Two shm jobs started with the same job id (issue 54, item 1). A second rank 0 fails
-// with EEXIST and must leave the first job's segment name alone (it unlinked it, and
-// the first job's late ranks then waited for a creator until their deadline). A second
-// process of an already attached rank must be refused without touching the first job
-// (it took that rank's place and counted once more, so the first job finished its
-// bootstrap without its last rank). Ranks are threads here: each maps the segment itself.
+// Two shm jobs started with the same job id (issue 54, item 1), seen through the job id's
+// roster (transport/shm/roster.hpp). A second rank 0 is refused and the first job goes
+// on (a group cannot mix on rank 0's account). A second process of a rank above 0 is
+// refused and stops the group too, during its bootstrap or at its next call, before any
+// data moves: that group may hold ranks of both jobs. A crashed group's roster and
+// segment are replaced by the next group with the id. Ranks are threads here (each maps
+// the segment itself), except the crashed group, a child process killed mid-bootstrap.
 #include <doctest/doctest.h>
 
-#include <sys/mman.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <chrono>
 #include <optional>
@@ -69,6 +74,10 @@ void wait_for_name(const std::string& job) {
   FAIL("the segment " << name << " never appeared");
 }
 
+bool name_exists(const std::string& name) {
+  return ::access(("/dev/shm" + name).c_str(), F_OK) == 0;
+}
+
 // The group's ranks (threads, each with its transport) sum rank + 1: exact.
 void expect_sum(std::vector<std::optional<shm>>& ts) {
   const std::size_t n = ts.size();
@@ -85,35 +94,70 @@ void expect_sum(std::vector<std::optional<shm>>& ts) {
   for (std::size_t r = 0; r < n; ++r) CHECK(got[r] == float(n * (n + 1) / 2));
 }
 
-}  // namespace
-
-TEST_CASE("shm job id collision: a second rank 0 leaves the first job's segment alone") {
-  gs::testbed::watchdog wd(60, "second rank 0");
-  const std::string job = job_id("creator");
-  std::vector<std::optional<shm>> a(2);
-  std::vector<std::string> why(2);
-  std::thread a0([&] { join(a, why, 0, job); });
-  wait_for_name(job);
-  try {
-    shm b0(options(0, 2, job));
-    FAIL("a second rank 0 with the same job id was accepted");
-  } catch (const gs::error& e) {
-    CHECK(e.code() == gs::errc::transport);
-    CHECK(std::string(e.what()).find("already exists: another job uses the same job id") !=
-          std::string::npos);
+// Every rank of the group tries a sum; each must fail with errc::transport naming the
+// collision before it touches its buffer.
+void expect_stopped(std::vector<std::optional<shm>>& ts) {
+  const std::size_t n = ts.size();
+  std::vector<std::thread> th;
+  std::vector<std::string> why(n);
+  std::vector<int> code(n, -1);
+  std::vector<float> kept(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    th.emplace_back([&, r] {
+      std::vector<float> v(1000, float(r + 1));
+      try {
+        gs::allreduce<gs::algo::ring>(*ts[r], std::span<float>(v), gs::op::sum);
+      } catch (const gs::error& e) {
+        code[r] = static_cast<int>(e.code());
+        why[r] = e.what();
+      }
+      kept[r] = v[999];
+    });
   }
-  // The first job's rank 1 still finds its segment.
-  std::thread a1([&] { join(a, why, 1, job); });
-  a0.join();
-  a1.join();
-  INFO(why[0] << " / " << why[1]);
-  REQUIRE(a[0].has_value());
-  REQUIRE(a[1].has_value());
-  expect_sum(a);
+  for (auto& t : th) t.join();
+  for (std::size_t r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << why[r]);
+    CHECK(code[r] == static_cast<int>(gs::errc::transport));
+    CHECK(why[r].find("two jobs use the same job id") != std::string::npos);
+    CHECK(kept[r] == float(r + 1));
+  }
 }
 
-TEST_CASE("shm job id collision: a second process of an attached rank is refused by name") {
-  gs::testbed::watchdog wd(60, "second rank 1");
+}  // namespace
+
+TEST_CASE("shm job id collision: a second rank 0 is refused and the first job goes on") {
+  gs::testbed::watchdog wd(60, "second rank 0");
+  const std::string job = job_id("creator");
+  {
+    std::vector<std::optional<shm>> a(2);
+    std::vector<std::string> why(2);
+    std::thread a0([&] { join(a, why, 0, job); });
+    wait_for_name(job);
+    try {
+      shm b0(options(0, 2, job));
+      FAIL("a second rank 0 with the same job id was accepted");
+    } catch (const gs::error& e) {
+      CHECK(e.code() == gs::errc::transport);
+      CHECK(std::string(e.what()).find("rank 0's place is held by pid " +
+                                       std::to_string(::getpid()) +
+                                       ": another job uses the same job id (GRADSYNC_SHM_JOB '" + job +
+                                       "')") != std::string::npos);
+    }
+    // The first job's rank 1 still finds its segment.
+    std::thread a1([&] { join(a, why, 1, job); });
+    a0.join();
+    a1.join();
+    INFO(why[0] << " / " << why[1]);
+    REQUIRE(a[0].has_value());
+    REQUIRE(a[1].has_value());
+    CHECK(name_exists(gs::transport::detail::roster_name(job)));  // held while the group runs
+    expect_sum(a);
+  }
+  CHECK_FALSE(name_exists(gs::transport::detail::roster_name(job)));  // the last one out removed it
+}
+
+TEST_CASE("shm job id collision: a second rank 1 during the bootstrap stops both") {
+  gs::testbed::watchdog wd(60, "second rank 1, bootstrap");
   const std::string job = job_id("rank");
   std::vector<std::optional<shm>> a(3);
   std::vector<std::string> why(3);
@@ -128,16 +172,85 @@ TEST_CASE("shm job id collision: a second process of an attached rank is refused
   } catch (const gs::error& e) {
     CHECK(e.code() == gs::errc::transport);
     CHECK(std::string(e.what()).find("rank 1's place is already taken by pid " +
-                                     std::to_string(::getpid()) +
-                                     ": two jobs use the same job id") != std::string::npos);
+                                     std::to_string(::getpid()) + " when pid ") !=
+          std::string::npos);
   }
   std::thread a2([&] { join(a, why, 2, job); });
   a0.join();
   a1.join();
   a2.join();
-  INFO(why[0] << " / " << why[1] << " / " << why[2]);
+  for (std::size_t r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << why[r]);
+    CHECK_FALSE(a[r].has_value());
+    CHECK(why[r].find("two jobs use the same job id (GRADSYNC_SHM_JOB '" + job + "')") !=
+          std::string::npos);
+  }
+  CHECK_FALSE(name_exists(gs::transport::detail::roster_name(job)));
+  CHECK_FALSE(name_exists(gs::transport::detail::segment_name(job)));
+}
+
+TEST_CASE("shm job id collision: a second rank 1 after the bootstrap stops the group's next call") {
+  gs::testbed::watchdog wd(60, "second rank 1, running");
+  const std::string job = job_id("late");
+  std::vector<std::optional<shm>> a(2);
+  std::vector<std::string> why(2);
+  std::thread a0([&] { join(a, why, 0, job); });
+  std::thread a1([&] { join(a, why, 1, job); });
+  a0.join();
+  a1.join();
+  INFO(why[0] << " / " << why[1]);
   REQUIRE(a[0].has_value());
   REQUIRE(a[1].has_value());
-  REQUIRE(a[2].has_value());
   expect_sum(a);
+  try {
+    shm b1(options(1, 2, job));
+    FAIL("a second rank 1 with the same job id was accepted");
+  } catch (const gs::error& e) {
+    CHECK(e.code() == gs::errc::transport);
+    CHECK(std::string(e.what()).find("rank 1's place is already taken") != std::string::npos);
+  }
+  expect_stopped(a);
+  a[0].reset();
+  a[1].reset();
+  CHECK_FALSE(name_exists(gs::transport::detail::roster_name(job)));
+}
+
+TEST_CASE("shm job id: a group killed in its bootstrap leaves names the next group replaces") {
+  gs::testbed::watchdog wd(60, "crashed group");
+  const std::string job = job_id("crashed");
+  const std::string roster = gs::transport::detail::roster_name(job);
+  const std::string segment = gs::transport::detail::segment_name(job);
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // rank 0 of 2: creates both names, then waits for a rank 1 that never comes
+    try {
+      shm t(options(0, 2, job));
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  for (int i = 0; i < 5000 && !name_exists(segment); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(name_exists(segment));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(name_exists(roster));  // left behind, with a claim of a dead process
+  REQUIRE(name_exists(segment));
+  {
+    std::vector<std::optional<shm>> a(2);
+    std::vector<std::string> why(2);
+    std::thread a0([&] { join(a, why, 0, job); });
+    std::thread a1([&] { join(a, why, 1, job); });
+    a0.join();
+    a1.join();
+    INFO(why[0] << " / " << why[1]);
+    REQUIRE(a[0].has_value());
+    REQUIRE(a[1].has_value());
+    expect_sum(a);
+  }
+  CHECK_FALSE(name_exists(roster));
+  CHECK_FALSE(name_exists(segment));
 }

@@ -68,6 +68,7 @@
 #include "gradsync/transport/shm/heap.hpp"
 #include "gradsync/transport/shm/launch.hpp"
 #include "gradsync/transport/shm/p2p.hpp"
+#include "gradsync/transport/shm/roster.hpp"
 #include "gradsync/transport/shm/segment.hpp"
 #include "gradsync/transport/shm/wait.hpp"
 #include "gradsync/transport/split.hpp"
@@ -108,6 +109,7 @@ namespace detail {
 class shm_state {
  public:
   GRADSYNC_DECL explicit shm_state(const shm_options& o);
+  GRADSYNC_DECL shm_state(const shm_options& o, deadline until);
 
   GRADSYNC_DECL ~shm_state();
 
@@ -116,6 +118,7 @@ class shm_state {
 
   GRADSYNC_DECL static shm_geometry geometry(const shm_options& o);
 
+  shm_roster roster_;  // this rank's claim on the job id, held for the group's life
   shm_segment seg_;
   std::size_t rank_, size_;
   shm_p2p p2p_;
@@ -142,6 +145,7 @@ class shm_state {
   GRADSYNC_DECL std::string describe(std::size_t q) const;
 
   void enter_call(std::uint64_t seq, const call_note& note) {
+    check_roster();
     stall_.enter(seq, note);
     shared_word(seg_.ctl(rank_).entered).store(stall_.entered(), std::memory_order_relaxed);
   }
@@ -181,6 +185,12 @@ class shm_state {
 
   GRADSYNC_DECL void check_usable();
 
+  // A process of a second job with this job id found its rank taken after the bootstrap
+  // (shm_roster): this group may hold ranks of both jobs, so it stops.
+  void check_roster() {
+    if (std::string p = roster_.poison(); !p.empty()) fail(errc::transport, error_site::npos, p);
+  }
+
   static std::string abort_message(const std::string& when) {
     return "the transport was aborted (abort() was called on this rank) " + when;
   }
@@ -210,6 +220,7 @@ class shm_state {
       if (check_state()) return true;
       if (now >= next_health_) {
         next_health_ = now + std::chrono::milliseconds(20);
+        check_roster();
         if (wait_hook_) {
           const std::string notice = wait_hook_(site(peer).peer);
           if (!notice.empty()) fail(errc::peer_lost, peer, notice);

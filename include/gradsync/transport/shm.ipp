@@ -114,9 +114,12 @@ GRADSYNC_DECL shm::request shm::post(bool is_send, std::size_t peer, void* buf, 
 namespace gradsync::transport::detail {
 
 GRADSYNC_DECL shm_state::shm_state(const shm_options& o)
-    : seg_(o.rank, geometry(o), o.job,
-           deadline::after(o.bootstrap_timeout.count() < 0 ? default_timeout()
-                                                           : o.bootstrap_timeout)),
+    : shm_state(o, deadline::after(o.bootstrap_timeout.count() < 0 ? default_timeout()
+                                                                   : o.bootstrap_timeout)) {}
+
+GRADSYNC_DECL shm_state::shm_state(const shm_options& o, deadline until)
+    : roster_(o.rank, geometry(o).ranks, o.job, until),
+      seg_(o.rank, geometry(o), o.job, until),
       rank_(o.rank),
       size_(o.size),
       p2p_(seg_, o.rank),
@@ -124,7 +127,15 @@ GRADSYNC_DECL shm_state::shm_state(const shm_options& o)
       spin_(spin_budget::for_group(o.size)),
       seq_(o.first_seq),
       job_ranks_(sub_group_ranks(o)),
-      opts_(o) {}
+      opts_(o) {
+  // Every rank has attached; a second job's process that came meanwhile has had its say.
+  try {
+    roster_.settle(until);
+  } catch (const error& e) {
+    mark_failed(e.what());
+    throw;
+  }
+}
 
 GRADSYNC_DECL shm_state::~shm_state() {
   auto st = shared_word(seg_.ctl(rank_).state);

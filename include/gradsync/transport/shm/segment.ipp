@@ -108,14 +108,19 @@ GRADSYNC_DECL void shm_segment::map(int fd, std::size_t bytes) {
 }
 
 GRADSYNC_DECL void shm_segment::create() {
-  const int fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  int fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    // Rank 0 holds the job id's roster (shm_roster), so a segment of that name is left
+    // by a group of this id that crashed before all its ranks attached: replace it.
+    ::shm_unlink(name_.c_str());
+    fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  }
   if (fd < 0) {
     if (errno == EEXIST) {
       fail(errc::transport,
-           "already exists: another job uses the same job id (GRADSYNC_SHM_JOB), or a job "
-           "with that id crashed before all its ranks attached; pick a new id or remove "
-           "/dev/shm" +
-               name_);
+           "already exists again after removing a crashed group's: a process that does not "
+           "take the job id's roster (an older gradsync?) uses the same job id "
+           "(GRADSYNC_SHM_JOB); give each job its own id");
     }
     fail_errno("shm_open(O_CREAT|O_EXCL)");
   }
