@@ -254,3 +254,33 @@ TEST_CASE("shm job id: a group killed in its bootstrap leaves names the next gro
   CHECK_FALSE(name_exists(roster));
   CHECK_FALSE(name_exists(segment));
 }
+
+TEST_CASE("shm job id: one id serves group after group while ranks leave out of step") {
+  gs::testbed::watchdog wd(60, "id reused");
+  const std::string job = job_id("reused");
+  constexpr int rounds = 10;
+  std::vector<std::string> why(2);
+  std::vector<int> right(2, 0);
+  std::vector<std::thread> th;
+  for (std::size_t r = 0; r < 2; ++r) {
+    th.emplace_back([&, r] {
+      try {
+        for (int i = 0; i < rounds; ++i) {
+          shm t(options(r, 2, job));
+          std::vector<float> v(1000, float(r + 1));
+          gs::allreduce<gs::algo::ring>(t, std::span<float>(v), gs::op::sum);
+          right[r] += v[999] == 3.0f;
+          // Rank 1 leaves late: rank 0 comes for the next group while the last is held.
+          if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      } catch (const std::exception& e) {
+        why[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  INFO(why[0] << " / " << why[1]);
+  CHECK(right[0] == rounds);
+  CHECK(right[1] == rounds);
+  CHECK_FALSE(name_exists(gs::transport::detail::roster_name(job)));
+}

@@ -90,8 +90,9 @@ class shm_roster {
   GRADSYNC_DECL void unmap();
   // Writes the first poison; later ones are dropped (the first names the collision).
   GRADSYNC_DECL void post_poison(const std::string& why) const;
-  // Claims rank_ (compare-and-swap of this pid); refuses when another process holds it.
-  GRADSYNC_DECL void claim_rank();
+  // Claims rank_ (compare-and-swap of this pid); false when its holder has left (the
+  // roster is ending); refuses when another live process holds it.
+  GRADSYNC_DECL bool claim_rank();
 
   std::string name_;
   std::string job_;

@@ -18,8 +18,8 @@ GRADSYNC_DECL shm_roster::shm_roster(std::size_t rank, std::size_t ranks, std::s
     for (;;) {
       if (rank_ == 0 && create()) break;
       if (open_existing(until)) {
-        claim_rank();
-        break;
+        if (claim_rank()) break;
+        unmap();  // a group that used the id is leaving it: wait for the next roster
       }
       if (until.expired()) {
         fail(errc::timeout, rank_ == 0 ? "another process kept replacing it until the deadline"
@@ -196,7 +196,7 @@ GRADSYNC_DECL void shm_roster::post_poison(const std::string& why) const {
   shared_word(h.poison_ready).store(1u, std::memory_order_release);
 }
 
-GRADSYNC_DECL void shm_roster::claim_rank() {
+GRADSYNC_DECL bool shm_roster::claim_rank() {
   roster_header& h = header();
   const std::string pid_s = std::to_string(::getpid());
   // Counted as settled whatever happens below, so that the group's settle() ends.
@@ -221,7 +221,13 @@ GRADSYNC_DECL void shm_roster::claim_rank() {
                                                  std::memory_order_acq_rel)) {
     c.start_time = start;
     holds_ = true;
-    return;
+    return true;
+  }
+  // Its holder closed its transport or exited: the group that used the id is ending (a
+  // process may start its next group with the same id while a peer still leaves the last).
+  if (shared_word(c.released).load(std::memory_order_acquire) != 0 ||
+      !process_alive(holder, c.start_time)) {
+    return false;
   }
   const std::string rank_s = std::to_string(rank_);
   if (rank_ == 0) {
