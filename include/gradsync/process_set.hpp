@@ -31,22 +31,25 @@
 
 namespace gradsync {
 
-/// A transport that forms sub-groups: t.split(color, key) returns a transport of its own
-/// kind over the ranks that pass `color` (transport::local, shm, mpi and two_level).
+/// A transport that forms sub-groups: its traits say .splits, so t.split(color, key, d)
+/// returns a transport of its own kind over the ranks that pass `color`
+/// (transport::local, shm, mpi, nccl and two_level of those).
 template <class Tr>
-concept splittable_transport = requires(Tr& t, const Tr& ct) {
-  { ct.rank() } -> std::same_as<std::size_t>;  // this rank, 0 .. size()-1
-  { ct.size() } -> std::same_as<std::size_t>;  // ranks in the group
-  { t.split(0, 0) } -> std::same_as<Tr>;       // the sub-group of a colour
-};
+concept splittable_transport = requires(Tr& t, const Tr& ct, deadline d) {
+  { ct.rank() } -> std::same_as<std::size_t>;               // this rank, 0 .. size()-1
+  { ct.size() } -> std::same_as<std::size_t>;               // ranks in the group
+  { Tr::traits } -> std::convertible_to<transport_traits>;  // its declared extras
+  { t.split(0, 0, d) } -> std::same_as<Tr>;                 // a sub-group of its own kind
+}
+&&transport_traits_of<Tr>().splits;
 
 /// The ranks `ranks` of `parent` (Tr: a host-memory splittable_transport) as a group with
 /// its own transport.
 template <class Tr>
 class process_set {
   static_assert(splittable_transport<Tr>,
-                "gradsync::process_set: this transport has no split(color, key); use "
-                "transport::local, shm, mpi or two_level of those");
+                "gradsync::process_set: this transport does not declare split(color, key, d) "
+                "(transport_traits::splits); use transport::local, shm, mpi or two_level of those");
   static_assert(
       !requires { Tr::memory; } || Tr::memory == memory_space::host,
       "gradsync::process_set compares the lists through a host-memory allgather; "
@@ -83,13 +86,7 @@ class process_set {
     // of its own, dropped at once (alone, it fits any transport's layout rules).
     const int color = pos < n ? 0 : static_cast<int>(1 + r),
               key = static_cast<int>(pos < n ? pos : 0);
-    Tr sub = [&] {
-      if constexpr (requires { parent.split(color, key, d); }) {  // gradsync's own: within d
-        return parent.split(color, key, d);
-      } else {
-        return parent.split(color, key);
-      }
-    }();
+    Tr sub = parent.split(color, key, d);
     // A transport may number a sub-group otherwise than by key (two_level: node by node);
     // every rank learns whether some member is out of list order, so all fail alike.
     const std::int64_t mine = pos < n && sub.rank() != pos;

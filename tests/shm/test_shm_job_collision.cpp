@@ -140,8 +140,8 @@ TEST_CASE("shm job id collision: a second rank 0 is refused and the first job go
       CHECK(e.code() == gs::errc::transport);
       CHECK(std::string(e.what()).find("rank 0's place is held by pid " +
                                        std::to_string(::getpid()) +
-                                       ": another job uses the same job id (GRADSYNC_SHM_JOB '" + job +
-                                       "')") != std::string::npos);
+                                       ": another job uses the same job id (GRADSYNC_SHM_JOB '" +
+                                       job + "')") != std::string::npos);
     }
     // The first job's rank 1 still finds its segment.
     std::thread a1([&] { join(a, why, 1, job); });

@@ -35,6 +35,7 @@ struct transport_traits {
   bool relays_failures = false;            ///< has announce_failure(cause) and failure_notice()
   bool describes_ranks = false;            ///< has describe_rank(q): "rank 5 on host-b"
   bool native_collectives = false;         ///< has broadcast_, allgather_, reduce_scatter_native
+  bool splits = false;                     ///< has split(color, key, d): a sub-group of its kind
 };
 
 /// A transport moves bytes between the ranks of a group and reduces them where they live.
@@ -120,6 +121,10 @@ constexpr transport_traits transport_traits_of() {
           },
       "gradsync: a transport has describe_rank(q) exactly when its traits say "
       ".describes_ranks = true");
+  static_assert(
+      d.splits == requires(Tr & t, deadline dl) { t.split(0, 0, dl); },
+      "gradsync: a transport has split(color, key, deadline) exactly when its traits say "
+      ".splits = true");
   return d;
 }
 

@@ -30,7 +30,7 @@ class local {
   static constexpr memory_space memory = memory_space::host;
   static constexpr bool peer_access = false;
   static constexpr bool native_allreduce = false;
-  static constexpr transport_traits traits{.watches_stalls = true, .aborts = true};
+  static constexpr transport_traits traits{.watches_stalls = true, .aborts = true, .splits = true};
 
   /// A posted send or receive; destroying an unfinished one cancels it safely.
   class request {

@@ -153,7 +153,8 @@ class mpi {
                                            .aborts = true,
                                            .relays_failures = true,
                                            .describes_ranks = true,
-                                           .native_collectives = true};
+                                           .native_collectives = true,
+                                           .splits = true};
 
   /// A posted send or receive: one MPI request per piece of at most max_message_bytes.
   /// Destroying an unfinished one cancels it (receives reliably; sends as far as the MPI

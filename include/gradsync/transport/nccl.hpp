@@ -113,7 +113,8 @@ class nccl {
   static constexpr memory_space memory = memory_space::device;
   static constexpr bool peer_access = false;
   static constexpr bool native_allreduce = true;
-  static constexpr transport_traits traits{.aborts = true, .native_collectives = true};
+  static constexpr transport_traits traits{
+      .aborts = true, .native_collectives = true, .splits = true};
 
   /// A queued point-to-point operation: the number of the group that carries it.
   struct request {

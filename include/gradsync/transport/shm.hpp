@@ -20,8 +20,12 @@
 //
 // Rank 0 creates /dev/shm/gradsync-<uid>-<job> with O_EXCL and mode 0600; the others
 // attach; the last rank to attach unlinks the name before any constructor returns, so
-// once it returns on any rank nothing remains in /dev/shm even if a process is killed. The
-// constructor waits (up to shm_options::bootstrap_timeout) until every rank has attached.
+// the segment's memory never outlives its processes. The constructor waits (up to
+// shm_options::bootstrap_timeout) until every rank has attached. Each rank first claims
+// its place in the job id's roster, gradsync-<uid>-<job>+ranks (one page, linked while
+// the group runs; shm/roster.hpp): a second job started with the same id is refused, and
+// a group that may hold ranks of both stops before any data moves. A job killed whole
+// leaves only its roster, which the next group with that id replaces.
 //
 // What is in the segment: per rank, a control block (a futex word, pid, state, flags)
 // and two small slots (call header + inline payload); one byte ring per ordered pair of
@@ -266,8 +270,11 @@ class shm {
   static constexpr memory_space memory = memory_space::host;
   static constexpr bool peer_access = true;
   static constexpr bool native_allreduce = false;
-  static constexpr transport_traits traits{
-      .takes_wait_hook = true, .watches_stalls = true, .aborts = true, .relays_failures = true};
+  static constexpr transport_traits traits{.takes_wait_hook = true,
+                                           .watches_stalls = true,
+                                           .aborts = true,
+                                           .relays_failures = true,
+                                           .splits = true};
 
   /// Flag indices of peer_memory_transport: the stamps of slots 0 and 1, the chunk
   /// stage of the direct algorithms, and the last completed direct call.

@@ -139,7 +139,13 @@ GRADSYNC_DECL shm_state::shm_state(const shm_options& o, deadline until)
 
 GRADSYNC_DECL shm_state::~shm_state() {
   auto st = shared_word(seg_.ctl(rank_).state);
-  if (st.load(std::memory_order_relaxed) != rs_failed) st.store(rs_left, std::memory_order_release);
+  // A failed group makes no more calls, so its job id is free: a stopped or hung peer
+  // that holds its claim (and may later be killed) must not keep the roster's name.
+  if (st.load(std::memory_order_relaxed) == rs_failed) {
+    roster_.retire();
+  } else {
+    st.store(rs_left, std::memory_order_release);
+  }
   wake_all();
 }
 

@@ -62,9 +62,13 @@ class two_level {
   using inter_type = Inter;
   static constexpr std::string_view name = "two_level";
   static constexpr memory_space memory = Intra::memory;
-  /// crosses_network() (agreed at construction) and both levels' thread levels.
+  /// crosses_network() (agreed at construction), both levels' thread levels, and split()
+  /// when both levels split.
   static constexpr transport_traits traits{
-      .may_cross_network = true, .thread_levels = true, .aborts = true};
+      .may_cross_network = true,
+      .thread_levels = true,
+      .aborts = true,
+      .splits = transport_traits_of<Intra>().splits && transport_traits_of<Inter>().splits};
 
   /// Takes both transports; collective over both (checks the layout, see above).
   two_level(Intra intra, Inter inter) : intra_(std::move(intra)), inter_(std::move(inter)) {
@@ -78,12 +82,8 @@ class two_level {
   /// that is node-major). A colour must take the same number of ranks at the same local
   /// indices on every node it uses, else every rank gets errc::invalid_argument naming
   /// the colour and two of its ranks: its ranks could not be linked by the old levels.
-  two_level split(int color, int key, deadline d = deadline::after(default_timeout())) requires
-      requires(Intra& a, Inter& b) {
-    a.split(0, 0);
-    b.split(0, 0);
-  }
-  {
+  two_level split(int color, int key, deadline d = deadline::after(default_timeout())) requires(
+      transport_traits_of<Intra>().splits&& transport_traits_of<Inter>().splits) {
     if (color < 0) {
       throw error(errc::invalid_argument, {rank(), error_site::npos, ~std::uint64_t{0}},
                   "split color must be >= 0 (every rank joins exactly one group)");
@@ -99,15 +99,8 @@ class two_level {
       throw error(errc::invalid_argument, {rank(), error_site::npos, ~std::uint64_t{0}},
                   plan.fault);
     }
-    auto split_level = [&](auto& level, int k) {
-      if constexpr (requires { level.split(color, k, d); }) {
-        return level.split(color, k, d);
-      } else {
-        return level.split(color, k);  // a transport whose split takes no deadline
-      }
-    };
-    Intra in = split_level(intra_, key);
-    Inter across = split_level(inter_, plan.node_key);
+    Intra in = intra_.split(color, key, d);
+    Inter across = inter_.split(color, plan.node_key, d);
     return two_level(std::move(in), std::move(across));
   }
 

@@ -32,10 +32,10 @@ struct roster_header {
   static constexpr std::uint64_t magic_value = 0x31524f5453475247ull;  // "GRGSTOR1"
   std::uint64_t magic;  // written last by the creator (release): ranks and claim 0 are set
   std::uint64_t ranks;
-  std::uint32_t opened;    // processes that mapped it ...
-  std::uint32_t settled;   // ... and of those, the ones done claiming (or refused)
-  std::uint32_t retired;   // set by the one process that removes the name
-  std::uint32_t poisoned;  // set by the first process that found its rank taken ...
+  std::uint32_t opened;        // processes that mapped it ...
+  std::uint32_t settled;       // ... and of those, the ones done claiming (or refused)
+  std::uint32_t retired;       // set by the one process that removes the name
+  std::uint32_t poisoned;      // set by the first process that found its rank taken ...
   std::uint32_t poison_ready;  // ... once it has written `poison`
   std::uint32_t pad;
   char poison[480];  // why the group must stop, NUL-terminated
@@ -67,6 +67,11 @@ class shm_roster {
 
   const std::string& name() const { return name_; }
 
+  /// Removes the name once, whoever asks first (the retired flag); false if already done.
+  /// The destructor calls it when this is the last live holder; a rank of a group that
+  /// failed calls it at once (its claims are moot).
+  GRADSYNC_DECL bool retire() const;
+
  private:
   roster_header& header() const { return *reinterpret_cast<roster_header*>(base_); }
   roster_claim& claim(std::size_t r) const {
@@ -85,8 +90,6 @@ class shm_roster {
   GRADSYNC_DECL bool open_existing(deadline until);
   // True when no claimant of the mapped roster is alive: it is a crashed group's.
   GRADSYNC_DECL bool stale() const;
-  // Removes the name once, whoever asks first (the retired flag); false if already done.
-  GRADSYNC_DECL bool retire() const;
   GRADSYNC_DECL void unmap();
   // Writes the first poison; later ones are dropped (the first names the collision).
   GRADSYNC_DECL void post_poison(const std::string& why) const;

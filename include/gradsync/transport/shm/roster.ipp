@@ -37,17 +37,16 @@ GRADSYNC_DECL shm_roster::shm_roster(std::size_t rank, std::size_t ranks, std::s
 GRADSYNC_DECL shm_roster::~shm_roster() {
   if (!base_) return;
   if (holds_) {
-    shared_word(claim(rank_).released).store(1u, std::memory_order_release);
+    // seq_cst: of two holders leaving at once, at least one sees the other's release.
+    shared_word(claim(rank_).released).store(1u, std::memory_order_seq_cst);
     // The last holder to leave removes the name; a holder that crashed counts as gone.
     bool others = false;
     const std::size_t n = std::min<std::size_t>(ranks_, header().ranks);
     for (std::size_t r = 0; r < n && !others; ++r) {
       if (r == rank_) continue;
-      const roster_claim& c = claim(r);
-      const int pid = shared_word(const_cast<std::int32_t&>(c.pid)).load(std::memory_order_acquire);
-      others = pid != 0 &&
-               shared_word(const_cast<std::uint32_t&>(c.released)).load(std::memory_order_acquire) ==
-                   0 &&
+      roster_claim& c = claim(r);
+      const int pid = shared_word(c.pid).load(std::memory_order_acquire);
+      others = pid != 0 && shared_word(c.released).load(std::memory_order_seq_cst) == 0 &&
                process_alive(pid, c.start_time);
     }
     if (!others) retire();
@@ -121,8 +120,8 @@ GRADSYNC_DECL bool shm_roster::open_existing(deadline until) {
     if (static_cast<std::size_t>(st.st_size) >= sizeof(roster_header)) break;
     if (until.expired()) {
       ::close(fd);
-      fail(errc::timeout, "exists but was never sized (its creator died at once?); remove /dev/shm" +
-                              name_);
+      fail(errc::timeout,
+           "exists but was never sized (its creator died at once?); remove /dev/shm" + name_);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -137,7 +136,8 @@ GRADSYNC_DECL bool shm_roster::open_existing(deadline until) {
   base_ = static_cast<std::byte*>(p);
   mapped_ = bytes;
   shared_word(header().opened).fetch_add(1, std::memory_order_acq_rel);
-  while (shared_word(header().magic).load(std::memory_order_acquire) != roster_header::magic_value) {
+  while (shared_word(header().magic).load(std::memory_order_acquire) !=
+         roster_header::magic_value) {
     if (until.expired()) {
       fail(errc::timeout,
            "its creator never finished writing it (it died at once?); remove /dev/shm" + name_);
@@ -161,10 +161,9 @@ GRADSYNC_DECL bool shm_roster::open_existing(deadline until) {
 GRADSYNC_DECL bool shm_roster::stale() const {
   const std::size_t n = header().ranks;
   for (std::size_t r = 0; r < n; ++r) {
-    const roster_claim& c = claim(r);
-    const int pid = shared_word(const_cast<std::int32_t&>(c.pid)).load(std::memory_order_acquire);
-    if (pid != 0 &&
-        shared_word(const_cast<std::uint32_t&>(c.released)).load(std::memory_order_acquire) == 0 &&
+    roster_claim& c = claim(r);
+    const int pid = shared_word(c.pid).load(std::memory_order_acquire);
+    if (pid != 0 && shared_word(c.released).load(std::memory_order_acquire) == 0 &&
         process_alive(pid, c.start_time)) {
       return false;
     }
@@ -173,6 +172,7 @@ GRADSYNC_DECL bool shm_roster::stale() const {
 }
 
 GRADSYNC_DECL bool shm_roster::retire() const {
+  if (!base_) return false;
   std::uint32_t no = 0;
   if (!shared_word(header().retired).compare_exchange_strong(no, 1u, std::memory_order_acq_rel))
     return false;
@@ -247,14 +247,12 @@ GRADSYNC_DECL bool shm_roster::claim_rank() {
 }
 
 GRADSYNC_DECL void shm_roster::settle(deadline until) const {
-  const roster_header& h = header();
+  roster_header& h = header();
   for (;;) {
     const std::string p = poison();
     if (!p.empty()) fail(errc::transport, p);
-    const std::uint32_t opened =
-        shared_word(const_cast<std::uint32_t&>(h.opened)).load(std::memory_order_acquire);
-    const std::uint32_t settled =
-        shared_word(const_cast<std::uint32_t&>(h.settled)).load(std::memory_order_acquire);
+    const std::uint32_t opened = shared_word(h.opened).load(std::memory_order_acquire);
+    const std::uint32_t settled = shared_word(h.settled).load(std::memory_order_acquire);
     if (settled >= opened) {
       const std::string last = poison();  // posted before its poster settled
       if (!last.empty()) fail(errc::transport, last);
