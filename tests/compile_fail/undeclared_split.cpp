@@ -10,4 +10,6 @@ struct own_local : gs::transport::local {
   own_local split(int, int, gs::deadline) { return own_local(local::split(0, 0)); }
   explicit own_local(local&& l) : local(std::move(l)) {}
 };
-void f(own_local& t) { gs::process_set<own_local> s(t, {0}); }
+void f(own_local& t) {
+  gs::process_set<own_local> s(t, {0});
+}

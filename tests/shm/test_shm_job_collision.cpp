@@ -60,6 +60,20 @@ void join(std::vector<std::optional<shm>>& ts, std::vector<std::string>& why, st
   }
 }
 
+// Forms a group of `n` ranks of `job` (one thread each) and requires every rank to join.
+std::vector<std::optional<shm>> form_group(std::size_t n, const std::string& job) {
+  std::vector<std::optional<shm>> ts(n);
+  std::vector<std::string> why(n);
+  std::vector<std::thread> th;
+  for (std::size_t r = 0; r < n; ++r) th.emplace_back([&, r] { join(ts, why, r, job); });
+  for (auto& t : th) t.join();
+  for (std::size_t r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << why[r]);
+    REQUIRE(ts[r].has_value());
+  }
+  return ts;
+}
+
 // Waits until the job's segment name exists (its rank 0 created it).
 void wait_for_name(const std::string& job) {
   const std::string name = gs::transport::detail::segment_name(job);
@@ -192,15 +206,7 @@ TEST_CASE("shm job id collision: a second rank 1 during the bootstrap stops both
 TEST_CASE("shm job id collision: a second rank 1 after the bootstrap stops the group's next call") {
   gs::testbed::watchdog wd(60, "second rank 1, running");
   const std::string job = job_id("late");
-  std::vector<std::optional<shm>> a(2);
-  std::vector<std::string> why(2);
-  std::thread a0([&] { join(a, why, 0, job); });
-  std::thread a1([&] { join(a, why, 1, job); });
-  a0.join();
-  a1.join();
-  INFO(why[0] << " / " << why[1]);
-  REQUIRE(a[0].has_value());
-  REQUIRE(a[1].has_value());
+  std::vector<std::optional<shm>> a = form_group(2, job);
   expect_sum(a);
   try {
     shm b1(options(1, 2, job));
@@ -240,15 +246,7 @@ TEST_CASE("shm job id: a group killed in its bootstrap leaves names the next gro
   REQUIRE(name_exists(roster));  // left behind, with a claim of a dead process
   REQUIRE(name_exists(segment));
   {
-    std::vector<std::optional<shm>> a(2);
-    std::vector<std::string> why(2);
-    std::thread a0([&] { join(a, why, 0, job); });
-    std::thread a1([&] { join(a, why, 1, job); });
-    a0.join();
-    a1.join();
-    INFO(why[0] << " / " << why[1]);
-    REQUIRE(a[0].has_value());
-    REQUIRE(a[1].has_value());
+    std::vector<std::optional<shm>> a = form_group(2, job);
     expect_sum(a);
   }
   CHECK_FALSE(name_exists(roster));
