@@ -111,9 +111,10 @@ void record(outcome& o, std::span<const T> r, gs::reduce_op op, std::size_t n) {
 }
 
 /// The program every rank runs: three generic algorithms and four codecs, each checked
-/// (verify on: the ranks compare hashes of every result).
-template <class Tr>
-void program(corrupting<Tr>& t, outcome& o) {
+/// (verify on: the ranks compare hashes of every result). T: a corrupting<Tr>, or a
+/// transport wrapped around one (transport::checksummed).
+template <class T>
+void program(T& t, outcome& o) {
   const std::size_t n = t.size(), r = t.rank();
   gs::call_options opt;
   opt.verify = true;
@@ -143,7 +144,7 @@ void program(corrupting<Tr>& t, outcome& o) {
   ao.background_thread = false;
   auto codec = [&](auto tag) {
     using C = decltype(tag);
-    gs::allreducer<corrupting<Tr>, gs::algo::ring, gs::fusion::bucket<4096>, C> ar(t, ao);
+    gs::allreducer<T, gs::algo::ring, gs::fusion::bucket<4096>, C> ar(t, ao);
     std::vector<float> a(600), b(64);
     ar.add(std::span<float>(a), "a");
     ar.add(std::span<float>(b), "b");
@@ -162,18 +163,23 @@ void program(corrupting<Tr>& t, outcome& o) {
   codec(gs::compress::powersgd<1>{});
 }
 
-/// Runs program() on this rank's wrapper, keeping an error and what the wrapper saw.
-template <class Tr>
-void run_program(corrupting<Tr>& t, outcome& o) {
+/// Runs program() over `t` (c itself, or a transport around c), keeping an error and what
+/// the corrupting wrapper c saw.
+template <class Tr, class T>
+void run_program(corrupting<Tr>& c, T& t, outcome& o) {
   try {
     program(t, o);
   } catch (const gs::error& e) {
     o.failed = true;
     o.error = e.what();
   }
-  o.hit = t.hit();
-  o.header = t.header();
-  o.sent = t.sent();
+  o.hit = c.hit();
+  o.header = c.header();
+  o.sent = c.sent();
+}
+template <class Tr>
+void run_program(corrupting<Tr>& c, outcome& o) {
+  run_program(c, c, o);
 }
 
 /// Trials from GRADSYNC_CORRUPT_TRIALS, else `fallback`.
@@ -185,8 +191,11 @@ inline std::size_t corrupt_trials(std::size_t fallback) {
 /// `trials` trials of `ranks` ranks: trial(bad, victim, h, seed) runs program() on every
 /// rank, rank `bad` harming its message number `victim` in h's way, and returns each
 /// rank's outcome. Checks every trial and prints the tally, naming the transport `what`.
+/// `checked`: the messages carry hashes (transport::checksummed), so a harmed message must
+/// give an error or change nothing: no result may differ from the clean run's.
 template <class Trial>
-void corrupting_trials(const char* what, std::size_t ranks, std::size_t trials, Trial&& trial) {
+void corrupting_trials(const char* what, std::size_t ranks, std::size_t trials, Trial&& trial,
+                       bool checked = false) {
   // A clean run: every result exact, and how many messages each rank sends.
   const std::vector<outcome> clean = trial(ranks, 0, harm::flip, 0);  // bad = none
   std::vector<std::size_t> msgs(ranks);
@@ -253,6 +262,10 @@ void corrupting_trials(const char* what, std::size_t ranks, std::size_t trials, 
       missed);
   CHECK(errors + exact + alike_wrong + alike_lossy + missed == trials);
   CHECK(errors > 0);
+  if (checked) {
+    CHECK(alike_wrong == 0);
+    CHECK(alike_lossy == 0);
+  }
 }
 
 }  // namespace gradsync::testbed
