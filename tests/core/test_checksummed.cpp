@@ -35,7 +35,8 @@ std::vector<T> reduce(Tr& t, std::size_t count, std::size_t& wrong) {
 
 template <class A, class T>
 void same_as_unwrapped(std::size_t ranks) {
-  for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{70001}}) {
+  for (std::size_t count :
+       {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{70001}}) {
     CAPTURE(count);
     std::vector<std::size_t> wrong(ranks);
     std::vector<int> same(ranks);

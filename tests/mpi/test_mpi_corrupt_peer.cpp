@@ -3,7 +3,8 @@
 // mpirun, a fresh transport (a duplicate of MPI_COMM_WORLD) per trial, one rank harming
 // one message of its own. Each rank runs the program; the ranks then share what they
 // ended with (MPI_Allgather on the world communicator, outside the transport under test),
-// so every rank judges every trial alike and the next trial starts together.
+// so every rank judges every trial alike and the next trial starts together. The second
+// case puts transport::checksummed over the corrupting wrapper: no result may change.
 //
 //   mpirun -n 3 build/tests/mpi/test_mpi_corrupt_peer_openmpi   (GRADSYNC_CORRUPT_TRIALS=N)
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -19,6 +20,7 @@
 
 #include <gradsync/gradsync.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
+#include <gradsync/transport/checksummed.hpp>
 #include <gradsync/transport/mpi.hpp>
 
 #include "corrupting.hpp"
@@ -57,21 +59,28 @@ void share(const tb::outcome& mine, std::vector<tb::outcome>& all) {
 
 }  // namespace
 
-TEST_CASE("mpi: a corrupting peer: every rank errs or every rank holds the same results") {
+// Runs `trials` trials, every rank making a fresh transport per trial (Checked: the
+// corrupting wrapper under transport::checksummed).
+template <bool Checked>
+void mpi_trials(const char* what, std::size_t trials) {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   REQUIRE(size == 3);
-  gs::testbed::watchdog wd(900, "corrupting peer on mpi");
   tb::corrupting_trials(
-      "mpi", 3, tb::corrupt_trials(1000),
+      what, 3, trials,
       [&](std::size_t bad, std::size_t victim, tb::harm h, std::uint64_t seed) {
         tb::outcome mine;
         try {
           mpi m(MPI_COMM_WORLD);
-          tb::corrupting<mpi> t(m, static_cast<std::size_t>(rank) == bad ? victim : ~std::size_t{0},
+          tb::corrupting<mpi> c(m, static_cast<std::size_t>(rank) == bad ? victim : ~std::size_t{0},
                                 h, seed);
-          tb::run_program(t, mine);
+          if constexpr (Checked) {
+            gs::transport::checksummed<tb::corrupting<mpi>> t(c);
+            tb::run_program(c, t, mine);
+          } else {
+            tb::run_program(c, mine);
+          }
         } catch (const std::exception& e) {  // the transport itself could not be made
           mine.failed = true;
           mine.error = e.what();
@@ -79,7 +88,18 @@ TEST_CASE("mpi: a corrupting peer: every rank errs or every rank holds the same 
         std::vector<tb::outcome> all;
         share(mine, all);
         return all;
-      });
+      },
+      Checked);
+}
+
+TEST_CASE("mpi: a corrupting peer: every rank errs or every rank holds the same results") {
+  gs::testbed::watchdog wd(900, "corrupting peer on mpi");
+  mpi_trials<false>("mpi", tb::corrupt_trials(1000));
+}
+
+TEST_CASE("mpi: a corrupting peer under transport::checksummed: an error or the clean results") {
+  gs::testbed::watchdog wd(900, "corrupting peer on mpi, checksummed");
+  mpi_trials<true>("mpi, checksummed", tb::corrupt_trials(1000));
 }
 
 int main(int argc, char** argv) {

@@ -107,32 +107,23 @@ class checksummed {
     r.unchecked = false;
     const std::uint64_t got = kernels::buffer_hash(r.buf, r.bytes);
     if (r.t->bytes == r.bytes && r.t->hash == got) return;
-    throw error(errc::mismatch, {t_.rank(), r.peer, ~std::uint64_t{0}},
-                "transport::checksummed: the message of tag " + std::to_string(r.tag) +
-                    " from rank " + std::to_string(r.peer) + " arrived damaged (" +
-                    (r.t->bytes != r.bytes
-                         ? "the sender sent " + std::to_string(r.t->bytes) + " bytes, this rank expected " +
-                               std::to_string(r.bytes)
-                         : "its " + std::to_string(r.bytes) + " bytes do not hash to the sender's hash") +
-                    "): a faulty link, memory or transport between the two ranks, or a peer "
-                    "running another call");
+    throw error(
+        errc::mismatch, {t_.rank(), r.peer, ~std::uint64_t{0}},
+        "transport::checksummed: the message of tag " + std::to_string(r.tag) + " from rank " +
+            std::to_string(r.peer) + " arrived damaged (" +
+            (r.t->bytes != r.bytes
+                 ? "the sender sent " + std::to_string(r.t->bytes) + " bytes, this rank expected " +
+                       std::to_string(r.bytes)
+                 : "its " + std::to_string(r.bytes) + " bytes do not hash to the sender's hash") +
+            "): a faulty link, memory or transport between the two ranks, or a peer "
+            "running another call");
   }
 
-  bool crosses_network() const
-    requires(inner.may_cross_network)
-  {
-    return t_.crosses_network();
-  }
-  void enter_call(std::uint64_t seq, const call_note& note)
-    requires(inner.watches_stalls)
-  {
+  bool crosses_network() const requires(inner.may_cross_network) { return t_.crosses_network(); }
+  void enter_call(std::uint64_t seq, const call_note& note) requires(inner.watches_stalls) {
     t_.enter_call(seq, note);
   }
-  void abort() noexcept
-    requires(inner.aborts)
-  {
-    t_.abort();
-  }
+  void abort() noexcept requires(inner.aborts) { t_.abort(); }
 
  private:
   Tr& t_;
