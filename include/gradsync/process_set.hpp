@@ -31,17 +31,25 @@
 
 namespace gradsync {
 
+/// True when Tr's traits declare split(color, key, d) (checked against its members).
+template <class Tr>
+constexpr bool declares_split() {
+  if constexpr (requires { Tr::traits; }) {
+    return transport_traits_of<Tr>().splits;
+  } else {
+    return false;
+  }
+}
+
 /// A transport that forms sub-groups: its traits say .splits, so t.split(color, key, d)
 /// returns a transport of its own kind over the ranks that pass `color`
 /// (transport::local, shm, mpi, nccl and two_level of those).
 template <class Tr>
-concept splittable_transport = requires(Tr& t, const Tr& ct, deadline d) {
-  { ct.rank() } -> std::same_as<std::size_t>;               // this rank, 0 .. size()-1
-  { ct.size() } -> std::same_as<std::size_t>;               // ranks in the group
-  { Tr::traits } -> std::convertible_to<transport_traits>;  // its declared extras
-  { t.split(0, 0, d) } -> std::same_as<Tr>;                 // a sub-group of its own kind
-}
-&&transport_traits_of<Tr>().splits;
+concept splittable_transport = declares_split<Tr>() && requires(Tr& t, const Tr& ct, deadline d) {
+  { ct.rank() } -> std::same_as<std::size_t>;  // this rank, 0 .. size()-1
+  { ct.size() } -> std::same_as<std::size_t>;  // ranks in the group
+  { t.split(0, 0, d) } -> std::same_as<Tr>;    // a sub-group of its own kind
+};
 
 /// The ranks `ranks` of `parent` (Tr: a host-memory splittable_transport) as a group with
 /// its own transport.
