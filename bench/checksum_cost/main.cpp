@@ -49,11 +49,14 @@ std::size_t parse_count(const std::string& flag, const std::string& s, std::size
     usage((flag + " needs a positive whole number, got '" + s + "'").c_str());
   }
   std::size_t mult = 1;
-  if (*end == 'K') mult = 1u << 10, ++end;
-  else if (*end == 'M') mult = 1u << 20, ++end;
+  if (*end == 'K')
+    mult = 1u << 10, ++end;
+  else if (*end == 'M')
+    mult = 1u << 20, ++end;
   if (*end != '\0' || v == 0 || v > max / mult) {
     usage((flag + " must be a whole number from 1 to " + std::to_string(max) +
-           " (K or M suffix allowed), got '" + s + "'").c_str());
+           " (K or M suffix allowed), got '" + s + "'")
+              .c_str());
   }
   return static_cast<std::size_t>(v) * mult;
 }
@@ -94,9 +97,10 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const options o = parse(argc, argv);
   gb::print_build_note();
-  std::printf("# float sum, algo::ring, %zu ranks (threads, transport::local); median of %d "
-              "after %d warm-up\n",
-              o.ranks, o.iters, o.warmup);
+  std::printf(
+      "# float sum, algo::ring, %zu ranks (threads, transport::local); median of %d "
+      "after %d warm-up\n",
+      o.ranks, o.iters, o.warmup);
   std::printf("#    bytes |  plain ms  checksummed ms |  ratio  same\n");
   auto state = gb::thread_group::make_state(o.ranks);
   int status = 0;
@@ -119,7 +123,8 @@ int main(int argc, char** argv) {
           } else {
             gs::allreduce<gs::algo::ring>(lt, std::span<float>(x), gs::op::sum);
           }
-          double s[1] = {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+          double s[1] = {
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
           g.max_all(s);
           if (i >= o.warmup) (which ? checked : plain).push_back(s[0]);
         }
