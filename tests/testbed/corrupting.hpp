@@ -44,8 +44,21 @@ class corrupting : public gs::testbed::forwarding<Tr> {
 
  public:
   struct request {
-    typename Tr::request inner;
+    // Declared first, so destroyed after `inner` has withdrawn an unfinished send.
     std::shared_ptr<std::vector<std::byte>> held;  // the harmed bytes, until the send is done
+    typename Tr::request inner;
+
+    request(std::shared_ptr<std::vector<std::byte>> h, typename Tr::request r)
+        : held(std::move(h)), inner(std::move(r)) {}
+    request() = default;
+    request(request&&) noexcept = default;
+    request& operator=(request&& o) noexcept {  // inner first: it withdraws an old send
+      if (this != &o) {
+        inner = std::move(o.inner);
+        held = std::move(o.held);
+      }
+      return *this;
+    }
   };
 
   corrupting(Tr& t, std::size_t victim, harm h, std::uint64_t seed)
@@ -56,7 +69,7 @@ class corrupting : public gs::testbed::forwarding<Tr> {
     const std::size_t k = sent_++;
     if (k != victim_ || bytes == 0) {
       if (harm_ == harm::replay) last_.assign(b, b + bytes);
-      return {t_.isend(peer, p, bytes, tag), nullptr};
+      return {nullptr, t_.isend(peer, p, bytes, tag)};
     }
     auto held = std::make_shared<std::vector<std::byte>>(b, b + bytes);
     std::size_t n = bytes;
@@ -68,17 +81,17 @@ class corrupting : public gs::testbed::forwarding<Tr> {
         n = rng_() % bytes;
         break;
       case harm::replay:
-        if (last_.empty()) return {t_.isend(peer, p, bytes, tag), nullptr};  // nothing to replay
+        if (last_.empty()) return {nullptr, t_.isend(peer, p, bytes, tag)};  // nothing to replay
         *held = last_;
         n = held->size();
         break;
     }
     hit_ = true;
     header_ = tag == gs::consistency_tag(tag);
-    return {t_.isend(peer, held->data(), n, tag), held};
+    return {held, t_.isend(peer, held->data(), n, tag)};
   }
   request irecv(std::size_t peer, void* p, std::size_t bytes, std::uint32_t tag) {
-    return {t_.irecv(peer, p, bytes, tag), nullptr};
+    return {nullptr, t_.irecv(peer, p, bytes, tag)};
   }
   void wait(request& r, gs::deadline d) { t_.wait(r.inner, d); }
 

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
@@ -58,12 +59,32 @@ class checksummed {
 
   /// A message and its trailer; a receive is checked once, by wait().
   struct request {
-    typename Tr::request data, tail;
+    // Declared first, so destroyed last: an unfinished inner request may still be copied
+    // to or from the trailer until its own destructor has withdrawn it.
     std::unique_ptr<trailer> t;  // stays put while the request moves
-    const void* buf = nullptr;   // a receive's bytes
+    typename Tr::request data, tail;
+    const void* buf = nullptr;  // a receive's bytes
     std::size_t bytes = 0, peer = 0;
     std::uint32_t tag = 0;
     bool unchecked = false;  // a receive whose hash is still to compare
+
+    request() = default;
+    request(request&&) noexcept = default;
+    // The inner requests first: assigning them withdraws unfinished old ones, which may
+    // still use the old trailer.
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        data = std::move(o.data);
+        tail = std::move(o.tail);
+        t = std::move(o.t);
+        buf = o.buf;
+        bytes = o.bytes;
+        peer = o.peer;
+        tag = o.tag;
+        unchecked = std::exchange(o.unchecked, false);
+      }
+      return *this;
+    }
   };
 
   /// Wraps `t`, which must outlive this wrapper.
