@@ -282,3 +282,24 @@ TEST_CASE("shm job id: one id serves group after group while ranks leave out of 
   CHECK(right[1] == rounds);
   CHECK_FALSE(name_exists(gs::transport::detail::roster_name(job)));
 }
+
+TEST_CASE("shm job id: a group's rank 0 removes the rosters other ids' dead jobs left") {
+  gs::testbed::watchdog wd(60, "stale rosters of other ids");
+  const std::string dead = job_id("dead"), job = job_id("sweeper");
+  const std::string left = gs::transport::detail::roster_name(dead);
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // claims rank 0 of `dead`, then exits without its destructors (as MPI_Abort)
+    gs::transport::detail::shm_roster r(0, 2, dead, gs::deadline::after(gs::seconds_d{5}));
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(name_exists(left));  // no later group of that id will replace it
+  {
+    std::vector<std::optional<shm>> a = form_group(2, job);
+    CHECK_FALSE(name_exists(left));  // removed by this group's rank 0
+    expect_sum(a);
+  }
+}

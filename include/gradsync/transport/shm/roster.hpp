@@ -7,6 +7,8 @@
 // its message, at the end of its bootstrap or at its next call.
 #pragma once
 
+#include <dirent.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -73,6 +75,14 @@ class shm_roster {
   GRADSYNC_DECL bool retire() const;
 
  private:
+  // A view of another id's roster mapped at `base` (sweep_stale): holds no claim.
+  shm_roster(std::string name, std::byte* base, std::size_t mapped)
+      : name_(std::move(name)), rank_(0), ranks_(0), base_(base), mapped_(mapped) {}
+  // Rank 0, once it holds its own roster: removes the rosters of any id whose claimants
+  // all exited without their destructors (MPI_Abort, exit(), a kill). Under unique ids
+  // (the MPI bootstrap's) no later group of that id would ever replace them.
+  GRADSYNC_DECL void sweep_stale() const;
+
   roster_header& header() const { return *reinterpret_cast<roster_header*>(base_); }
   roster_claim& claim(std::size_t r) const {
     return reinterpret_cast<roster_claim*>(base_ + sizeof(roster_header))[r];

@@ -95,7 +95,41 @@ GRADSYNC_DECL bool shm_roster::create() {
   shared_word(h.opened).fetch_add(1, std::memory_order_acq_rel);
   shared_word(h.settled).fetch_add(1, std::memory_order_acq_rel);
   shared_word(h.magic).store(roster_header::magic_value, std::memory_order_release);
+  sweep_stale();
   return true;
+}
+
+GRADSYNC_DECL void shm_roster::sweep_stale() const {
+  DIR* dir = ::opendir("/dev/shm");
+  if (!dir) return;
+  const std::string prefix = "gradsync-" + std::to_string(::geteuid()) + "-";
+  const std::string suffix = "+ranks";
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string n = e->d_name;
+    if (n.size() <= prefix.size() + suffix.size() || n.compare(0, prefix.size(), prefix) != 0 ||
+        n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0 || "/" + n == name_) {
+      continue;
+    }
+    const int fd = ::shm_open(("/" + n).c_str(), O_RDWR, 0);
+    if (fd < 0) continue;
+    struct stat st {};
+    void* p = MAP_FAILED;
+    if (::fstat(fd, &st) == 0 && st.st_uid == ::geteuid() &&
+        static_cast<std::size_t>(st.st_size) >= sizeof(roster_header)) {
+      p = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED,
+                 fd, 0);
+    }
+    ::close(fd);
+    if (p == MAP_FAILED) continue;
+    const shm_roster other("/" + n, static_cast<std::byte*>(p),
+                           static_cast<std::size_t>(st.st_size));
+    roster_header& h = other.header();
+    const bool whole =
+        shared_word(h.magic).load(std::memory_order_acquire) == roster_header::magic_value &&
+        h.ranks > 0 && h.ranks <= (other.mapped_ - sizeof(roster_header)) / sizeof(roster_claim);
+    if (whole && other.stale()) other.retire();
+  }  // `other` unmaps its view (it holds no claim)
+  ::closedir(dir);
 }
 
 GRADSYNC_DECL bool shm_roster::open_existing(deadline until) {
