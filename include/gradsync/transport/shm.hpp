@@ -25,7 +25,7 @@
 // its place in the job id's roster, gradsync-<uid>-<job>+ranks (one page, linked while
 // the group runs; shm/roster.hpp): a second job started with the same id is refused, and
 // a group that may hold ranks of both stops before any data moves. A job killed whole
-// leaves only its roster, which the next group with that id replaces.
+// leaves only its roster, which the next shm group's rank 0 (of any id) removes.
 //
 // What is in the segment: per rank, a control block (a futex word, pid, state, flags)
 // and two small slots (call header + inline payload); one byte ring per ordered pair of
