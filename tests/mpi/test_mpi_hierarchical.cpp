@@ -323,3 +323,66 @@ GS_MPI_TEST("network tuning: a pipelined two-level allgather missing a rank fail
     gs::allgather(t, std::span<const float>(mine), std::span<float>(all), opt);
   });
 }
+
+GS_MPI_TEST("hierarchical: three levels, shm inside shm inside mpi", 180) {
+  if (world_size() % 4) GS_SKIP("needs a multiple of 4 ranks");
+  // rank = (host * 2 + socket) * 2 + a. Level 1: the pair of one socket (shm). The ranks
+  // of one index a form a two_level of their own: the sockets of a host (shm, level 2),
+  // the hosts (mpi, level 3). Hosts and sockets are simulated on one machine.
+  const int r = static_cast<int>(world_rank());
+  MPI_Comm pair, column;
+  MPI_Comm_split(MPI_COMM_WORLD, r / 2, r, &pair);
+  MPI_Comm_split(MPI_COMM_WORLD, r % 2, r, &column);
+  int c = 0;
+  MPI_Comm_rank(column, &c);
+  using three = gs::transport::two_level<gs::transport::shm, two_level>;
+  {
+    three t(gs::transport::shm_from_mpi(pair),
+            gs::transport::two_level_from_mpi(column, {}, c / 2));
+    GS_CHECK(t.size() == world_size());
+    GS_CHECK(t.rank() == world_rank());
+    GS_CHECK(t.inter().inter().size() == world_size() / 4);
+    using hier2 = gs::algo::hierarchical<gs::algo::hierarchical<>>;
+    using hier2_native = gs::algo::hierarchical<gs::algo::hierarchical<gs::algo::native>>;
+    std::vector<std::uint64_t> hashes;
+    for (std::size_t count :
+         {std::size_t{0}, std::size_t{3}, std::size_t{9001}, std::size_t{300007}}) {
+      std::vector<float> f(count);
+      std::vector<double> d(count);
+      gs::testing::fill_inputs(std::span<float>(f), gs::reduce_op::sum, t.rank(), t.size());
+      gs::testing::fill_inputs(std::span<double>(d), gs::reduce_op::avg, t.rank(), t.size());
+      gs::allreduce<hier2>(t, std::span<float>(f), gs::op::sum);
+      gs::allreduce<hier2_native>(t, std::span<double>(d), gs::op::avg);
+      GS_CHECK(gs::testing::count_wrong(std::span<const float>(f), gs::reduce_op::sum, t.size()) ==
+               0);
+      GS_CHECK(gs::testing::count_wrong(std::span<const double>(d), gs::reduce_op::avg, t.size()) ==
+               0);
+      hashes.push_back(gs::testing::fnv1a64(f.data(), f.size() * sizeof(float)));
+      hashes.push_back(gs::testing::fnv1a64(d.data(), d.size() * sizeof(double)));
+    }
+    // The allreducer over the same three levels: buckets, progress thread, three steps.
+    gs::allreducer<three, hier2, gs::fusion::bucket<64 << 10>> ar(t);
+    std::vector<std::vector<float>> ts(5);
+    const std::size_t sizes[] = {10, 70000, 3, 20000, 4099};
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      ts[i].resize(sizes[i]);
+      ar.add(std::span<float>(ts[i]));
+    }
+    ar.commit(gs::op::sum);
+    for (int step = 0; step < 3; ++step) {
+      for (auto& x : ts)
+        gs::testing::fill_inputs(std::span<float>(x), gs::reduce_op::sum, t.rank(), t.size());
+      for (std::size_t i = ts.size(); i-- > 0;) ar.ready(i);
+      ar.wait();
+      for (auto& x : ts) {
+        GS_CHECK(
+            gs::testing::count_wrong(std::span<const float>(x), gs::reduce_op::sum, t.size()) == 0);
+        hashes.push_back(gs::testing::fnv1a64(x.data(), x.size() * sizeof(float)));
+      }
+    }
+    GS_CHECK(hashes.size() == 8 + 15);
+    GS_CHECK(gs::testbed::same_on_all_ranks(hashes));
+  }
+  MPI_Comm_free(&pair);
+  MPI_Comm_free(&column);
+}

@@ -15,6 +15,10 @@
 //
 // The call's arguments, the inter-node algorithm included, are checked on both levels
 // (errc::mismatch on every rank, at once).
+//
+// Three levels or more: when the two_level's Inter is a two_level, InterAlgo is a
+// hierarchical too (hierarchical<hierarchical<ring>>), and phase 2 runs that one's three
+// phases on the Inter's own levels, inside the enclosing call's frame.
 #pragma once
 
 #include <chrono>
@@ -38,6 +42,7 @@
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/core/stall.hpp"
 #include "gradsync/kernels/finite.hpp"
 #include "gradsync/transport/two_level.hpp"
 
@@ -69,6 +74,24 @@ struct hierarchical {
   static void run_observed(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
                            const call_options& opt, Phase&& phase) {
     run_on(t, t.intra(), t.inter(), data, op, opt, phase);
+  }
+
+  /// As the inter-node algorithm of an enclosing hierarchical call (three levels or more:
+  /// t is that call's Inter): the enclosing call's frame has numbered, agreed and checked
+  /// the call over every level, so this runs the schedule on t's levels, by c's deadline.
+  template <class Intra, class Inter, class T, class Op>
+  static void run(transport::two_level<Intra, Inter>& t, std::span<T> data, Op,
+                  const call_context& c) {
+    const std::uint64_t in_seq = t.intra().next_seq(), out_seq = t.inter().next_seq();
+    const call_context in_c{c.until, in_seq, data_tag(in_seq)};
+    const call_context out_c{c.until, out_seq, data_tag(out_seq)};
+    // The stall watches of t's levels learn of the call, so a late rank here is named.
+    const call_note note{
+        "allreduce across nodes", name, dtype_of<T>::value, Op::id, data.size(), {}};
+    gradsync::detail::enter_call(t.intra(), in_seq, note);
+    gradsync::detail::enter_call(t.inter(), out_seq, note);
+    no_phases none;
+    run_schedule(t, t.intra(), t.inter(), data, Op{}, in_c, out_c, none);
   }
 
   /// run_observed with every message of the two levels moved through `in` and `out`:
@@ -106,16 +129,26 @@ struct hierarchical {
     f.agree(header_name(), finite ? call_header::finite_checked : 0);
     if (finite) f.check_finite(data.data(), data.size());
     f.mark_checked();
-    // op::avg: sums at both levels, one division by the whole group on the shard's owner.
+    run_schedule(t, in, out, data, Op{}, f.inside(), f.across(), phase);
+    f.verify(data.data(), data.size_bytes());
+  }
+
+  /// The three phases of T and Op over the levels: run_bytes with InterAlgo across. When
+  /// Out is itself a two_level (three levels or more), InterAlgo is a hierarchical too and
+  /// runs its own levels through the run() above.
+  template <class Intra, class Inter, class In, class Out, class T, class Op, class Phase>
+  static void run_schedule(transport::two_level<Intra, Inter>& t, In& in, Out& out,
+                           std::span<T> data, Op, const call_context& in_c,
+                           const call_context& out_c, Phase& phase) {
+    // op::avg: sums at every level, one division by the whole group on the shard's owner.
     using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
     run_bytes(
         t, in, reinterpret_cast<std::byte*>(data.data()), data.size(),
         detail::erase_op_for<T, level_op>(in), detail::erase_op_for<T, Op>(in),
-        [&](std::byte* p, std::size_t count, const call_context& out_c) {
-          InterAlgo::run(out, std::span<T>(reinterpret_cast<T*>(p), count), level_op{}, out_c);
+        [&](std::byte* p, std::size_t count, const call_context& c) {
+          InterAlgo::run(out, std::span<T>(reinterpret_cast<T*>(p), count), level_op{}, c);
         },
-        phase, f.inside(), f.across());
-    f.verify(data.data(), data.size_bytes());
+        phase, in_c, out_c);
   }
 
   /// The three phases on `count` elements of level.elem bytes at `base`: `level` reduces

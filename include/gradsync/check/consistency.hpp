@@ -22,6 +22,7 @@
 #include "gradsync/core/op.hpp"
 #include "gradsync/transport/bruck_exchange.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/two_level.hpp"
 
 namespace gradsync {
 
@@ -101,14 +102,22 @@ GRADSYNC_DECL void check_agreement(const std::vector<call_header>& table, std::s
 /// Exchanges `mine` with every rank and throws errc::mismatch (on every rank) if any
 /// rank's header differs from rank 0's. `table` is reused scratch of n headers.
 /// `rank_of` maps a rank of `t` to the rank messages name (a two_level's global rank);
-/// `collective` names the call in the message.
-template <transport_policy T, class RankOf = same_rank>
+/// `collective` names the call in the message. t may be a two_level: the Inter of a
+/// deeper one, agreed as one group.
+template <transport::level_group T, class RankOf = same_rank>
 void agree(T& t, const call_header& mine, deadline d, std::vector<call_header>& table,
            RankOf rank_of = {}, std::string_view collective = "allreduce") {
-  table.resize(t.size());
-  table[0] = mine;  // table[i] holds rank (r + i) % n
-  detail::bruck_allgather(t, table, consistency_tag(mine.seq), d);
-  detail::check_agreement(table, t.rank(), mine, rank_of, collective);
+  const std::size_t n = t.size(), r = t.rank();
+  table.resize(n);
+  if constexpr (transport_policy<T>) {
+    table[0] = mine;  // table[i] holds rank (r + i) % n
+    detail::bruck_allgather(t, table, consistency_tag(mine.seq), d);
+  } else {
+    std::vector<call_header> by_rank;
+    detail::allgather_pod(t, mine, by_rank, consistency_tag(mine.seq), d);
+    for (std::size_t i = 0; i < n; ++i) table[i] = by_rank[(r + i) % n];
+  }
+  detail::check_agreement(table, r, mine, rank_of, collective);
 }
 
 /// agree() for one call, when opt.check asks for it and there are peers.

@@ -21,6 +21,7 @@
 #include "gradsync/core/error.hpp"
 #include "gradsync/kernels/hash.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/two_level.hpp"
 
 namespace gradsync {
 
@@ -47,7 +48,7 @@ inline std::string hex64(std::uint64_t v) {
 /// Exchanges `mine` with every rank of t; returns the records indexed by rank. Uses the
 /// consistency tag of the same call: its header exchange (if any) is complete on this
 /// rank, and messages between two ranks with one tag match in order.
-template <transport_policy T>
+template <transport::level_group T>
 std::vector<result_record> exchange_results(T& t, const result_record& mine, deadline d) {
   std::vector<result_record> by_rank;
   allgather_pod(t, mine, by_rank, consistency_tag(mine.seq), d);

@@ -24,6 +24,12 @@ constexpr void check_host_collective() {
   static_assert(transport_policy<Tr> || transport::is_two_level_v<Tr>,
                 "gradsync::broadcast / allgather / reduce_scatter: the transport must satisfy "
                 "gradsync::transport_policy (local, shm, mpi) or be a transport::two_level");
+  if constexpr (transport::is_two_level_v<Tr>) {
+    static_assert(transport_policy<typename Tr::inter_type>,
+                  "gradsync::broadcast / allgather / reduce_scatter run on two levels; over "
+                  "three (a two_level whose Inter is a two_level) only allreduce runs: call "
+                  "them on t.inter() or t.intra(), or build a two_level of two transports");
+  }
   static_assert(Tr::memory == memory_space::host,
                 "gradsync::broadcast / allgather / reduce_scatter: this transport moves device "
                 "memory and a std::span means host memory; wrap the GPU buffer in "

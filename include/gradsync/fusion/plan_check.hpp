@@ -169,18 +169,37 @@ void check_plan(Tr& t, std::span<const tensor_desc> tensors, const plan& p, dead
   detail::check_plan_on(t, tensors, p, d, false, same_rank{});
 }
 
+namespace detail {
+/// check_plan over every level of t: inside the node, then across nodes (a nested Inter
+/// in turn over its own levels). `poisoned`: an enclosing level's node already disagrees;
+/// `outer` maps t's global ranks to the ranks messages name.
+template <class Intra, class Inter, class RankOf>
+void check_plan_levels(transport::two_level<Intra, Inter>& t, std::span<const tensor_desc> tensors,
+                       const plan& p, deadline d, bool poisoned, RankOf outer) {
+  gradsync::detail::check_two_levels(
+      t, errc::mismatch,
+      [&](auto rank_of) {
+        check_plan_on(t.intra(), tensors, p, d, poisoned,
+                      [&](std::size_t q) { return outer(rank_of(q)); });
+      },
+      [&](bool node_poisoned, auto rank_of) {
+        const auto named = [&](std::size_t q) { return outer(rank_of(q)); };
+        if constexpr (transport::is_two_level_v<Inter>) {
+          check_plan_levels(t.inter(), tensors, p, d, poisoned || node_poisoned, named);
+        } else {
+          check_plan_on(t.inter(), tensors, p, d, poisoned || node_poisoned, named);
+        }
+      });
+}
+}  // namespace detail
+
 /// The same over a transport::two_level: inside the node, then across nodes. A node whose
 /// ranks disagree joins the cross-node round poisoned, so the other nodes fail at once
 /// too (not at their deadline); messages name global ranks.
 template <class Intra, class Inter>
 void check_plan(transport::two_level<Intra, Inter>& t, std::span<const tensor_desc> tensors,
                 const plan& p, deadline d) {
-  gradsync::detail::check_two_levels(
-      t, errc::mismatch,
-      [&](auto rank_of) { detail::check_plan_on(t.intra(), tensors, p, d, false, rank_of); },
-      [&](bool poisoned, auto rank_of) {
-        detail::check_plan_on(t.inter(), tensors, p, d, poisoned, rank_of);
-      });
+  detail::check_plan_levels(t, tensors, p, d, false, same_rank{});
 }
 
 }  // namespace gradsync::fusion

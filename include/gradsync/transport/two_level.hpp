@@ -13,7 +13,14 @@
 //   gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(grad), gs::op::avg);
 //
 // Ranks are numbered node-major: rank = node * local_size + local_rank, where node is
-// the rank in the Inter group. Every node must have the same number of ranks and each
+// the rank in the Inter group.
+//
+// Inter may itself be a two_level: three levels or more (threads inside a process, the
+// processes of a host, the hosts), run by algo::hierarchical<algo::hierarchical<...>>.
+// The levels are a recursion, so nothing above this file and algo/hierarchical.hpp tells
+// two levels from three. The call checks see a nested Inter as one group through
+// detail::allgather_pod / allgather_blocks below. Allreduce only: the other collectives
+// and split() take a flat Inter. Every node must have the same number of ranks and each
 // Inter group must join one local index: the constructor checks both, collectively over
 // both transports, and every rank throws errc::mismatch (naming the counts) when any
 // rank found a fault, so an uneven or misbuilt job fails at start, never with wrong
@@ -42,16 +49,48 @@
 
 namespace gradsync::transport {
 
+template <class Intra, class Inter>
+class two_level;
+
+/// True for a transport::two_level (which algo::hierarchical runs on).
+template <class T>
+inline constexpr bool is_two_level_v = false;
+template <class Intra, class Inter>
+inline constexpr bool is_two_level_v<two_level<Intra, Inter>> = true;
+
+/// What a level of a two_level may be: a transport, or a two_level of its own (levels).
+template <class T>
+concept level_group = transport_policy<T> || is_two_level_v<T>;
+
+}  // namespace gradsync::transport
+
+namespace gradsync::detail {
+
+/// allgather_blocks over every level of a two_level: out[i * mine.size() + k] is global
+/// rank i's mine[k] (node-major, whatever the depth). Each level's exchange carries a tag
+/// of its own sequence, so `tag` is not used; defined below the class.
+template <class Intra, class Inter, class Record>
+void allgather_blocks(transport::two_level<Intra, Inter>& t, const std::vector<Record>& mine,
+                      std::vector<Record>& out, std::uint32_t tag, deadline d);
+/// allgather_pod over every level of a two_level: out[i] is global rank i's.
+template <class Intra, class Inter, class Record>
+void allgather_pod(transport::two_level<Intra, Inter>& t, const Record& mine,
+                   std::vector<Record>& out, std::uint32_t tag, deadline d);
+
+}  // namespace gradsync::detail
+
+namespace gradsync::transport {
+
 /// Two transports forming one group: Intra inside a node, Inter across nodes.
 template <class Intra,  // ranks of this node, point to point (shm, local)
-          class Inter>  // this local index on every node (mpi)
+          class Inter>  // this local index on every node (mpi, or a two_level: more levels)
 class two_level {
   static_assert(transport_policy<Intra>,
                 "gradsync: two_level's Intra must be a point-to-point transport (shm, local); "
                 "cuda_ipc has no point-to-point messages");
-  static_assert(transport_policy<Inter>,
+  static_assert(level_group<Inter>,
                 "gradsync: two_level's Inter must be a transport (mpi; see "
-                "transport/concept.hpp)");
+                "transport/concept.hpp) or a two_level (three levels)");
   static_assert(Intra::memory == memory_space::host && Inter::memory == memory_space::host,
                 "gradsync: two_level is for host memory (shm or local inside the node, mpi "
                 "across nodes); for device buffers use transport::nccl with algo::native, "
@@ -63,12 +102,13 @@ class two_level {
   static constexpr std::string_view name = "two_level";
   static constexpr memory_space memory = Intra::memory;
   /// crosses_network() (agreed at construction), both levels' thread levels, and split()
-  /// when both levels split.
-  static constexpr transport_traits traits{
-      .may_cross_network = true,
-      .thread_levels = true,
-      .aborts = true,
-      .splits = transport_traits_of<Intra>().splits && transport_traits_of<Inter>().splits};
+  /// when both levels split (a nested Inter does not).
+  static constexpr transport_traits traits{.may_cross_network = true,
+                                           .thread_levels = true,
+                                           .aborts = true,
+                                           .splits = transport_policy<Inter> &&
+                                                     transport_traits_of<Intra>().splits &&
+                                                     transport_traits_of<Inter>().splits};
 
   /// Takes both transports; collective over both (checks the layout, see above).
   two_level(Intra intra, Inter inter) : intra_(std::move(intra)), inter_(std::move(inter)) {
@@ -82,8 +122,8 @@ class two_level {
   /// that is node-major). A colour must take the same number of ranks at the same local
   /// indices on every node it uses, else every rank gets errc::invalid_argument naming
   /// the colour and two of its ranks: its ranks could not be linked by the old levels.
-  two_level split(int color, int key, deadline d = deadline::after(default_timeout())) requires(
-      transport_traits_of<Intra>().splits&& transport_traits_of<Inter>().splits) {
+  two_level split(int color, int key,
+                  deadline d = deadline::after(default_timeout())) requires(traits.splits) {
     if (color < 0) {
       throw error(errc::invalid_argument, {rank(), error_site::npos, ~std::uint64_t{0}},
                   "split color must be >= 0 (every rank joins exactly one group)");
@@ -110,6 +150,9 @@ class two_level {
   /// The global rank of rank q of this rank's Inter group (node q, this local index).
   std::size_t global_of_inter(std::size_t q) const { return q * intra_.size() + intra_.rank(); }
   std::size_t size() const { return inter_.size() * intra_.size(); }
+  /// Numbers a call over the whole group (the same on every rank): an enclosing level's
+  /// checks use it when this two_level is their Inter.
+  std::uint64_t next_seq() { return seq_++; }
   /// This rank as messages name it: as Inter names it when Inter knows the job's ranks
   /// and hosts (transport::mpi: "rank 5 on node-b"), else "rank <rank()>".
   std::string describe_self() const {
@@ -134,14 +177,19 @@ class two_level {
     if (e.code() != errc::timeout && e.code() != errc::peer_lost && e.code() != errc::aborted)
       return;
     if constexpr (transport_traits_of<Intra>().relays_failures) intra_.announce_failure(e.what());
-    if constexpr (transport_traits_of<Inter>().relays_failures) inter_.announce_failure(e.what());
+    if constexpr (is_two_level_v<Inter>) {
+      inter_.relay_failure(e);
+    } else if constexpr (transport_traits_of<Inter>().relays_failures) {
+      inter_.announce_failure(e.what());
+    }
   }
   /// After this rank timed out: a failure another rank announced on either level (see
   /// relay_failure), or "". A rank that timed out waiting on one level while the lost
   /// rank's news sat on the other names the lost rank this way.
   std::string failure_notice() {
     std::string n;
-    if constexpr (transport_traits_of<Inter>().relays_failures) n = inter_.failure_notice();
+    if constexpr (is_two_level_v<Inter> || transport_traits_of<Inter>().relays_failures)
+      n = inter_.failure_notice();
     if constexpr (transport_traits_of<Intra>().relays_failures) {
       if (n.empty()) n = intra_.failure_notice();
     }
@@ -199,8 +247,9 @@ class two_level {
   /// crosses_network(), agreed by every rank at construction).
   bool crosses_network() const { return network_; }
   /// True when algo::hierarchical pipelines large vectors: the inter-node level crosses
-  /// a network and every rank's Inter may be called from a helper thread
-  /// (Inter::allows_helper_thread(), e.g. MPI_THREAD_SERIALIZED; agreed at construction).
+  /// a network, is one transport (a nested two_level runs on the caller's thread) and
+  /// every rank's Inter may be called from a helper thread (Inter::allows_helper_thread(),
+  /// e.g. MPI_THREAD_SERIALIZED; agreed at construction).
   bool pipelines() const { return pipelines_; }
 
   /// The allreducer's progress-thread check (detail/thread_level.hpp), for both levels:
@@ -220,7 +269,8 @@ class two_level {
 
  private:
   // Every rank's v over group t (rank order): one small allgather
-  // (transport/bruck_exchange.hpp), since a transport sits below the algorithms.
+  // (transport/bruck_exchange.hpp, or the one below over a nested two_level), since a
+  // transport sits below the algorithms.
   template <class Tr>
   static std::vector<std::uint64_t> gather(Tr& t, std::uint64_t v) {
     std::vector<std::uint64_t> all;
@@ -267,7 +317,7 @@ class two_level {
         flags |= f;
     }
     network_ = (flags & 2) != 0;
-    pipelines_ = network_ && (flags & 4) == 0;
+    pipelines_ = network_ && (flags & 4) == 0 && transport_policy<Inter>;
     const std::size_t bad = flags & 1;
     if (bad) {
       throw error(
@@ -280,15 +330,28 @@ class two_level {
 
   Intra intra_;
   Inter inter_;
+  std::uint64_t seq_ = 0;  // next_seq()
   bool network_ = false, pipelines_ = false;
   bool serve_paused_ = false;  // serving: another thread calls Inter now
   alignas(std::atomic_ref<std::uint64_t>::required_alignment) std::uint64_t node_wait_ = 0;
 };
 
-/// True for a transport::two_level (which algo::hierarchical runs on).
-template <class T>
-inline constexpr bool is_two_level_v = false;
-template <class Intra, class Inter>
-inline constexpr bool is_two_level_v<two_level<Intra, Inter>> = true;
-
 }  // namespace gradsync::transport
+
+namespace gradsync::detail {
+
+template <class Intra, class Inter, class Record>
+void allgather_blocks(transport::two_level<Intra, Inter>& t, const std::vector<Record>& mine,
+                      std::vector<Record>& out, std::uint32_t, deadline d) {
+  std::vector<Record> node;  // this node's ranks' blocks, in local order
+  allgather_blocks(t.intra(), mine, node, consistency_tag(t.intra().next_seq()), d);
+  allgather_blocks(t.inter(), node, out, consistency_tag(t.inter().next_seq()), d);
+}
+
+template <class Intra, class Inter, class Record>
+void allgather_pod(transport::two_level<Intra, Inter>& t, const Record& mine,
+                   std::vector<Record>& out, std::uint32_t tag, deadline d) {
+  allgather_blocks(t, std::vector<Record>{mine}, out, tag, d);
+}
+
+}  // namespace gradsync::detail
