@@ -62,15 +62,18 @@ template <class Transport,  ///< who moves the bytes (transport_policy, or a two
           class Fusion = fusion::none,         ///< how tensors become messages (fusion_policy)
           class Compression = compress::none>  ///< what goes on the wire (compress/)
 class allreducer {
-  static constexpr bool two_level = transport::is_two_level_v<Transport>;
-  static_assert(transport_policy<Transport> || two_level,
+  static_assert(transport::level_group<Transport>,
                 "gradsync::allreducer: the first parameter must satisfy gradsync::transport_policy "
                 "(transport::local, shm, mpi, nccl or cuda_ipc) or be a transport::two_level");
-  static_assert(two_level || algorithm_for<Algorithm, Transport>,
+  // The composition table (algo/composition.hpp) decides; these two faults get the
+  // allreducer's own words, the rest check_call's.
+  static constexpr composition_fault fault = composition_fault_of<Algorithm, Transport>();
+  static_assert(fault != composition_fault::not_an_algorithm &&
+                    fault != composition_fault::needs_two_level,
                 "gradsync::allreducer: the second parameter must be an algorithm for this "
                 "transport (algo::ring, tree, halving_doubling, auto_select, ...); "
                 "algo::hierarchical needs a transport::two_level");
-  static_assert(!two_level || detail::is_hierarchical<Algorithm>,
+  static_assert(fault != composition_fault::flat_on_two_level,
                 "gradsync::allreducer: over a transport::two_level the algorithm must be "
                 "algo::hierarchical<InterAlgo> (e.g. algo::hierarchical<algo::ring>)");
   static_assert(fusion::fusion_policy<Fusion>,
@@ -255,12 +258,7 @@ class allreducer {
   /// The composition checks of one call with element type T and op Op.
   template <class T, class Op>
   static constexpr void check_call() {
-    if constexpr (two_level) {
-      check_two_level_composition<Algorithm, typename Transport::intra_type,
-                                  typename Transport::inter_type, T, Op>();
-    } else {
-      check_composition<Algorithm, Transport, T, Op>();
-    }
+    check_composition<Algorithm, Transport, T, Op>();  // the table recurses into levels
   }
 
   /// The steps of op Op for `types` (a typed call's T only; a list of tensor_refs: all).

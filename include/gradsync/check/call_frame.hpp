@@ -6,13 +6,16 @@
 // shares the finite check, verifies the result and records a failure (over two levels it
 // also relays it to the other level). A new per-call check belongs here.
 //   call_frame<Tr>        one flat transport;
-//   level_frame<...>      both levels of a transport::two_level.
+//   level_frame<...>      both levels of a transport::two_level;
+//   frame_for<Tr>         whichever of the two Tr takes, with one way to open it, agree and
+//                         share a finding, for callers that do not care which.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "gradsync/check/consistency.hpp"
@@ -58,6 +61,12 @@ inline constexpr its_input_t its_input{};
 struct on_device_t {};
 inline constexpr on_device_t on_device{};
 
+/// How a call names its levels in stall warnings (string literals: the watches keep
+/// them); a call over one transport has one level and uses neither.
+struct level_names {
+  std::string_view inside, across;
+};
+
 /// The frame of one call over the flat transport Tr.
 template <class Tr>  ///< the transport the call runs on (or a wrapper that forwards to it)
 class call_frame {
@@ -71,6 +80,9 @@ class call_frame {
     if (opt.recorder) opt.recorder->enter(seq, note_);
     ctx_ = {opt.make_deadline(), seq, data_tag(seq)};
   }
+  /// The same, opened as frame_for opens a frame (one level: `names` unused).
+  call_frame(Tr& t, const call_options& opt, call_note note, level_names)
+      : call_frame(t, opt, note) {}
   /// The same for a call on device memory (no verify).
   call_frame(Tr& t, const call_options& opt, call_note note, on_device_t)
       : call_frame((refuse_verify(t, opt), t), opt, note) {}
@@ -90,6 +102,10 @@ class call_frame {
   /// on every rank, naming the ranks and the first field that differs.
   void agree(const call_header& h) const {
     agree_if_checked(t_, opt_, h, ctx_.until, same_rank{}, note_.kind);
+  }
+  /// agree() of this call's header with algorithm field `algo` (as level_frame::agree).
+  void agree(std::string_view algo, std::uint16_t flags = 0, std::size_t root = 0) const {
+    agree(header_of(ctx_.seq, note_, algo, flags, root));
   }
   /// The finite check of one input buffer: this rank's first NaN or Inf, shared.
   template <class T>
@@ -164,6 +180,10 @@ class level_frame {
     in_c_ = {until, in_seq, data_tag(in_seq)};
     out_c_ = {until, out_seq, data_tag(out_seq)};
   }
+  /// Opens the call on t's own levels (frame_for's way).
+  level_frame(levels& t, const call_options& opt, call_note note,
+              level_names names) requires(std::is_same_v<In, Intra>&& std::is_same_v<Out, Inter>)
+      : level_frame(t, t.intra(), t.inter(), opt, note, names.inside, names.across) {}
   level_frame(const level_frame&) = delete;
   level_frame& operator=(const level_frame&) = delete;
 
@@ -201,6 +221,13 @@ class level_frame {
   static void share_finding(levels& t, In& in, Out& out, const finite_finding& mine, deadline until,
                             function_ref<std::string(std::size_t)> name, std::size_t tensors = 1) {
     gradsync::agree_finite(t, in, out, mine, until, name, tensors);
+  }
+  /// The same over t's own levels, with call_frame::share_finding's arguments.
+  static void share_finding(
+      levels& t, const finite_finding& mine, deadline until,
+      function_ref<std::string(std::size_t)> name, std::string_view left = nothing_reduced,
+      std::size_t tensors = 1) requires(std::is_same_v<In, Intra>&& std::is_same_v<Out, Inter>) {
+    gradsync::agree_finite(t, t.intra(), t.inter(), mine, until, name, tensors, left);
   }
   void mark_checked() const {
     if (opt_.recorder) opt_.recorder->mark(in_c_.seq, flight_recorder::phase::checked);
@@ -244,5 +271,19 @@ class level_frame {
 /// level_frame over t's own levels.
 template <class Intra, class Inter>
 using own_level_frame = level_frame<Intra, Inter, Intra, Inter>;
+
+template <class Tr>
+struct frame_choice {
+  using type = call_frame<Tr>;
+};
+template <class Intra, class Inter>
+struct frame_choice<transport::two_level<Intra, Inter>> {
+  using type = own_level_frame<Intra, Inter>;
+};
+/// The frame of a call over Tr: call_frame for one transport, level_frame over a
+/// two_level's own levels. Both open as frame_for<Tr>(t, opt, note, names) and have
+/// agree(algo, flags), run(body) and the static share_finding(t, mine, until, name).
+template <class Tr>
+using frame_for = typename frame_choice<Tr>::type;
 
 }  // namespace gradsync::detail

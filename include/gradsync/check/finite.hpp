@@ -142,10 +142,12 @@ template <class Intra, class Inter, class In, class Out>
 void agree_finite(transport::two_level<Intra, Inter>& t, In& in, Out& out,
                   const finite_finding& mine, deadline d,
                   detail::function_ref<std::string(std::size_t)> tensor_name,
-                  std::size_t tensors = 1) {
+                  std::size_t tensors = 1, std::string_view left = detail::nothing_reduced) {
   const finite_finding node = detail::gather_first(in, mine, d, tensors);
   const finite_finding first = detail::gather_first(out, node, d, tensors);
-  if (first.found()) detail::throw_finding(first, {t.rank(), error_site::npos}, tensor_name);
+  if (first.found()) {
+    detail::throw_finding(first, {t.rank(), error_site::npos}, tensor_name, left);
+  }
 }
 
 /// This rank's finding over one buffer of a call (tensor 0), named by `t`.

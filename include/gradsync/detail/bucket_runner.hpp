@@ -46,6 +46,7 @@ template <class Transport,    ///< the allreducer's transport (or two_level)
           class Compression>  ///< its compression policy
 class bucket_runner final : public bucket_runner_base {
   using steady = std::chrono::steady_clock;
+  using frame = frame_for<Transport>;  // the frame of a step's checks (one or two levels)
 
  public:
   /// Over `t`, with the allreducer's shared state (it must outlive the runner).
@@ -56,15 +57,7 @@ class bucket_runner final : public bucket_runner_base {
 
   void share_finding(const finite_finding& mine, std::size_t tensors,
                      function_ref<std::string(std::size_t)> name) override {
-    if constexpr (transport::is_two_level_v<Transport>) {
-      own_level_frame<typename Transport::intra_type,
-                      typename Transport::inter_type>::share_finding(t_, t_.intra(), t_.inter(),
-                                                                     mine, opt_.make_deadline(),
-                                                                     name, tensors);
-    } else {
-      call_frame<Transport>::share_finding(t_, mine, opt_.make_deadline(), name, nothing_reduced,
-                                           tensors);
-    }
+    frame::share_finding(t_, mine, opt_.make_deadline(), name, nothing_reduced, tensors);
   }
 
   void agree_step(std::uint64_t step, std::string_view plan, reduce_op op, bool finite) override {
@@ -74,24 +67,11 @@ class bucket_runner final : public bucket_runner_base {
     const call_note note{"allreducer step", plan, dtype::f32, op, step, opt_.label};
     const std::uint16_t flags =
         call_header::step_of_plan | (finite ? call_header::finite_checked : 0);
-    if constexpr (transport::is_two_level_v<Transport>) {
-      const own_level_frame<typename Transport::intra_type, typename Transport::inter_type> f(
-          t_, t_.intra(), t_.inter(), o, note, "allreducer step inside the node",
-          "allreducer step across nodes");
-      f.run([&] { f.agree(plan, flags); });
-    } else {
-      const call_frame<Transport> f(t_, o, note);
-      f.run([&] { f.agree(f.header(flags)); });
-    }
+    const frame f(t_, o, note, {"allreducer step inside the node", "allreducer step across nodes"});
+    f.run([&] { f.agree(plan, flags); });
   }
 
-  std::string describe_self() const override {
-    if constexpr (transport::is_two_level_v<Transport>) {
-      return t_.describe_self();
-    } else {
-      return describe_rank(t_, t_.rank());
-    }
-  }
+  std::string describe_self() const override { return gradsync::describe_self(t_); }
 
   /// The steps for op Op and the listed element types (a type op::avg cannot take stays
   /// null).

@@ -179,6 +179,13 @@ std::string describe_rank(const Tr& t, std::size_t q) {
   }
 }
 
+/// How messages name this rank of t: describe_rank of its own rank (a two_level has an
+/// overload: it names the rank as its Inter level does).
+template <class Tr>
+std::string describe_self(const Tr& t) {
+  return describe_rank(t, t.rank());
+}
+
 /// A transport whose buffers live in device memory and whose work is stream-ordered
 /// (transport::nccl, transport::cuda_ipc).
 template <class Tr>

@@ -338,6 +338,14 @@ class two_level {
 
 }  // namespace gradsync::transport
 
+namespace gradsync {
+/// How messages name this rank of a two_level (two_level::describe_self).
+template <class Intra, class Inter>
+std::string describe_self(const transport::two_level<Intra, Inter>& t) {
+  return t.describe_self();
+}
+}  // namespace gradsync
+
 namespace gradsync::detail {
 
 template <class Intra, class Inter, class Record>
