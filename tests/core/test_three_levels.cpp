@@ -191,6 +191,29 @@ TEST_CASE("three levels: a NaN on one rank fails every rank as non-finite, namin
   }
 }
 
+TEST_CASE("three levels: a rank that never calls fails every other rank, none hangs") {
+  gs::testbed::watchdog wd(60, "three levels lost rank");
+  // Rank 6 leaves at once; everyone else calls with a 2 s deadline. Each must end with
+  // peer_lost (the group saw it leave) or a timeout, by the deadline: never a result.
+  const auto errors = run_three(2, 2, 2, [](three& t) {
+    if (t.rank() == 6) return;
+    gs::call_options opt;
+    opt.timeout = gs::seconds_d(2);
+    std::vector<float> v(4096, 1.0f);
+    gs::allreduce<hier2>(t, std::span<float>(v), gs::op::sum, opt);
+  });
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    CAPTURE(r);
+    CAPTURE(errors[r]);
+    if (r == 6) {
+      CHECK(errors[r] == "");
+    } else {
+      CHECK((errors[r].find("peer_lost") != std::string::npos ||
+             errors[r].find("timeout") != std::string::npos));
+    }
+  }
+}
+
 TEST_CASE("three levels: a bf16-compressed allreducer gives identical bits on every rank") {
   gs::testbed::watchdog wd(120, "three levels bf16");
   // Integers below 256 are exact in bfloat16 and their sums over 8 ranks too (< 2^8 x 8).
