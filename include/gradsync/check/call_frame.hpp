@@ -272,7 +272,8 @@ class level_frame {
 template <class Intra, class Inter>
 using own_level_frame = level_frame<Intra, Inter, Intra, Inter>;
 
-template <class Tr>
+/// Which frame a call over Tr opens (frame_for): call_frame, unless Tr has levels.
+template <class Tr>  ///< a transport, a wrapper of one, or a transport::two_level
 struct frame_choice {
   using type = call_frame<Tr>;
 };
