@@ -13,18 +13,18 @@
 //   gs::allreduce<gs::algo::hierarchical<>>(t, std::span<float>(grad), gs::op::avg);
 //
 // Ranks are numbered node-major: rank = node * local_size + local_rank, where node is
-// the rank in the Inter group.
-//
-// Inter may itself be a two_level: three levels or more (threads inside a process, the
-// processes of a host, the hosts), run by algo::hierarchical<algo::hierarchical<...>>.
-// The levels are a recursion, so nothing above this file and algo/hierarchical.hpp tells
-// two levels from three. The call checks see a nested Inter as one group through
-// detail::allgather_pod / allgather_blocks below. Allreduce only: the other collectives
-// and split() take a flat Inter. Every node must have the same number of ranks and each
+// the rank in the Inter group. Every node must have the same number of ranks and each
 // Inter group must join one local index: the constructor checks both, collectively over
 // both transports, and every rank throws errc::mismatch (naming the counts) when any
 // rank found a fault, so an uneven or misbuilt job fails at start, never with wrong
 // sums later.
+//
+// Inter may itself be a two_level: three levels or more (threads inside a process, the
+// processes of a host, the hosts), run by algo::hierarchical<algo::hierarchical<...>>.
+// The levels are a recursion: the allreducer, its runner and the entry points do not
+// tell two levels from three. The call checks see a nested Inter as one group through
+// detail::allgather_pod / allgather_blocks below. Allreduce only: the other collectives
+// and split() take a flat Inter.
 #pragma once
 
 #include <algorithm>
