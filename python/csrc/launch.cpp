@@ -238,11 +238,13 @@ std::unique_ptr<engine> open_store_engine(std::size_t rank, std::size_t size,
     if (hosts[q] != hosts[0] && elsewhere == size) elsewhere = q;
   }
   if (elsewhere != size) {
-    // Every rank read every host before any refuses: rank 0 serves a TCPStore, and its
-    // exit would otherwise cut the others off mid-read (they saw "Broken pipe", not this).
+    // Rank 0 serves the TCPStore under env:// and leaves last: its exit would cut off a
+    // rank still talking to the store ("Broken pipe" instead of this message). The other
+    // ranks make no store call after their count, so none waits on a store about to go.
     const std::string read = gen + "/hosts_read";
-    if (store.add(read, 1) == static_cast<std::int64_t>(size)) store.set(read + "/all", "1");
-    store.get(read + "/all");
+    if (rank != 0 && store.add(read, 1) == static_cast<std::int64_t>(size) - 1)
+      store.set(read + "/all", "1");
+    if (rank == 0) store.get(read + "/all");
     fail(errc::invalid_argument, rank,
          "rank 0 runs on host '" + hosts[0] + "' and rank " + std::to_string(elsewhere) + " on '" +
              hosts[elsewhere] +
