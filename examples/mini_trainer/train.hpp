@@ -82,11 +82,13 @@ template <class Tr>
 using code_factory = std::unique_ptr<gradient_sync> (*)(Tr&, std::vector<std::span<std::int64_t>>,
                                                         std::size_t);
 
-/// ", built at -O1 ..." when -Dtrainer_optimization lowered the level (scripts/test).
+/// ", built at -O<n> ..." when -Dtrainer_optimization lowered the level (scripts/test).
 inline const char* build_note() {
 #if defined(MINI_TRAINER_OPT_LEVEL) && MINI_TRAINER_OPT_LEVEL < 2
-  return " (NOTE: built at -O1 by -Dtrainer_optimization=1 for the tests: samples/s are not "
-         "representative)";
+#define MINI_TRAINER_STR2(x) #x
+#define MINI_TRAINER_STR(x) MINI_TRAINER_STR2(x)
+  return " (NOTE: built at -O" MINI_TRAINER_STR(MINI_TRAINER_OPT_LEVEL) " by -Dtrainer_optimization="
+      MINI_TRAINER_STR(MINI_TRAINER_OPT_LEVEL) " for the tests: samples/s are not representative)";
 #else
   return "";
 #endif
