@@ -85,10 +85,8 @@ using code_factory = std::unique_ptr<gradient_sync> (*)(Tr&, std::vector<std::sp
 /// ", built at -O<n> ..." when -Dtrainer_optimization lowered the level (scripts/test).
 inline const char* build_note() {
 #if defined(MINI_TRAINER_OPT_LEVEL) && MINI_TRAINER_OPT_LEVEL < 2
-#define MINI_TRAINER_STR2(x) #x
-#define MINI_TRAINER_STR(x) MINI_TRAINER_STR2(x)
-  return " (NOTE: built at -O" MINI_TRAINER_STR(MINI_TRAINER_OPT_LEVEL) " by -Dtrainer_optimization="
-      MINI_TRAINER_STR(MINI_TRAINER_OPT_LEVEL) " for the tests: samples/s are not representative)";
+  return " (NOTE: built at -O" GRADSYNC_STRINGIFY(MINI_TRAINER_OPT_LEVEL) " by -Dtrainer_optimization="
+      GRADSYNC_STRINGIFY(MINI_TRAINER_OPT_LEVEL) " for the tests: samples/s are not representative)";
 #else
   return "";
 #endif

@@ -64,10 +64,8 @@ double max_across(Tr& t, double x) {
 /// A note for builds whose optimisation level makes samples/s meaningless.
 inline const char* build_note() {
 #if defined(TORCH_TRAINER_OPT_LEVEL) && TORCH_TRAINER_OPT_LEVEL < 2
-#define TORCH_TRAINER_STR2(x) #x
-#define TORCH_TRAINER_STR(x) TORCH_TRAINER_STR2(x)
-  return " (NOTE: built at -O" TORCH_TRAINER_STR(TORCH_TRAINER_OPT_LEVEL) " for the tests: samples/s "
-         "are not representative)";
+  return " (NOTE: built at -O" GRADSYNC_STRINGIFY(TORCH_TRAINER_OPT_LEVEL) " for the tests: "
+         "samples/s are not representative)";
 #else
   return "";
 #endif

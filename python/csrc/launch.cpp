@@ -242,9 +242,11 @@ std::unique_ptr<engine> open_store_engine(std::size_t rank, std::size_t size,
     // rank still talking to the store ("Broken pipe" instead of this message). The other
     // ranks make no store call after their count, so none waits on a store about to go.
     const std::string read = gen + "/hosts_read";
-    if (rank != 0 && store.add(read, 1) == static_cast<std::int64_t>(size) - 1)
+    if (rank == 0) {
+      store.get(read + "/all");
+    } else if (store.add(read, 1) == static_cast<std::int64_t>(size) - 1) {
       store.set(read + "/all", "1");
-    if (rank == 0) store.get(read + "/all");
+    }
     fail(errc::invalid_argument, rank,
          "rank 0 runs on host '" + hosts[0] + "' and rank " + std::to_string(elsewhere) + " on '" +
              hosts[elsewhere] +
