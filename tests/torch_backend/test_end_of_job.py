@@ -26,8 +26,13 @@ def rank_main(timeout_s, hold_s):
 
     import gradsync_torch  # noqa: F401  registers "gradsync"; sets RANK and WORLD_SIZE
 
-    dist.init_process_group("gradsync", timeout=datetime.timedelta(seconds=timeout_s))
-    rank = dist.get_rank()
+    # The rendezvous gets a store of its own with a long timeout: env:// would connect with
+    # the group's timeout (2 s in "absent"), which a loaded machine's torch import exceeds.
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), size,
+                          rank == 0, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gradsync", store=store, rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
     x = torch.ones(8)
     dist.all_reduce(x)
     assert x.tolist() == [float(dist.get_world_size())] * 8, x
