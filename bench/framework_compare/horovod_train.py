@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Horovod (PyTorch) on the models and data of bench/torch_backend/ddp_bench.py (imported
 from its bench_models.py: examples/torch_trainer's CNN on Fashion-MNIST and its GPT-style
-byte LM), trained with hvd.DistributedOptimizer (SGD lr 0.02, momentum 0.9, per-rank batch
-64 / 16 as ddp_bench), reporting samples/s (global samples per second of the slowest rank)
+byte LM), trained with hvd.DistributedOptimizer over the trainers' optimizer (Task.optimizer:
+SGD 0.02 with momentum 0.9 for the CNN, AdamW 1e-3 for the transformer; per-rank batch 64 / 16
+as ddp_bench), reporting samples/s (global samples per second of the slowest rank)
 the way ddp_bench does, so the two print comparable figures.
 
 Launch (the venv is bench/framework_compare/setup-peers'):
@@ -176,7 +177,7 @@ def main():
         for rep in range(a.repeats):
             model = task.model(a.seed)
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-            opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+            opt = task.optimizer(model.parameters())
             # Average, as DDP does; named so that Horovod's tensor names are stable.
             opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                            op=hvd.Average)

@@ -4,8 +4,8 @@ conv(1->16, 5x5, same) - relu - pool - conv(16->32, 5x5, same) - relu - pool - f
 - relu - fc(128->10) (215,370 parameters, as the torch model), initialised as torch
 initialises Conv2d and Linear (weights uniform in +-1/sqrt(fan_in), which is Keras's
 VarianceScaling(1/3, fan_in, uniform); biases uniform in +-1/sqrt(fan_in)), trained with
-SGD lr 0.02 momentum 0.9 on Fashion-MNIST (Debian's gzip IDX files), the same normalisation
-as bench/torch_backend/bench_models.py. Reports samples/s (global samples per second over the
+SGD lr 0.02 momentum 0.9 on Fashion-MNIST (Debian's gzip IDX files), with the trainers'
+normalisation and sample order (bench/torch_backend/bench_models.py, trainer_order.py). Reports samples/s (global samples per second over the
 timed steps, rank 0's clock: every step ends in a cross-worker reduction of the loss, so the
 workers run in lock step) and the test accuracy on the 10,000 test images.
 
@@ -36,7 +36,8 @@ import time
 
 import numpy as np
 
-MEAN, STD = 0.286, 0.353  # bench_models.fashion_mnist's normalisation
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_backend"))
+from trainer_order import TrainerOrder  # noqa: E402  (plain Python, no torch)
 
 
 def read_idx(path):
@@ -60,8 +61,8 @@ def fashion_mnist(directory, split, limit):
     prefix = "train" if split == "train" else "t10k"
     x = read_idx(os.path.join(directory, f"{prefix}-images-idx3-ubyte.gz"))[:limit]
     y = read_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"))[:limit]
-    # NHWC: Keras's Conv2D default layout on CPU.
-    return ((x.astype(np.float32) / 255 - MEAN) / STD)[..., None], y.astype(np.int64)
+    # NHWC: Keras's Conv2D default layout on CPU; (pixel - 64) / 128 as the trainers.
+    return ((x.astype(np.float32) - 64) / 128)[..., None], y.astype(np.int64)
 
 
 def launch_context(a):
@@ -129,11 +130,19 @@ def worker(a, rank, size, local_size):
     x, y = fashion_mnist(a.data, "train", a.limit)
 
     def dataset(ctx):
-        # Worker r takes every size-th sample from r, in order (the data repeats), and
-        # batches its share of the global batch.
-        b = ctx.get_per_replica_batch_size(G)
-        ds = tf.data.Dataset.from_tensor_slices((x, y))
-        return ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id).repeat().batch(
+        # Worker r takes its slice of each global batch, the batches taken from the trainers'
+        # permutation of the samples, a new one each epoch (the torch peers' order too).
+        b, r = ctx.get_per_replica_batch_size(G), ctx.input_pipeline_id
+        per_epoch = len(x) // G
+        if per_epoch == 0:
+            raise SystemExit(f"--global-batch {G} is larger than the {len(x)} samples")
+        order, perm, idx = TrainerOrder(a.seed), None, []
+        for step in range(a.warmup + a.steps):
+            s = step % per_epoch
+            if s == 0:
+                perm = order.permutation(len(x))
+            idx += perm[s * G + r * b:s * G + (r + 1) * b]
+        return tf.data.Dataset.from_tensor_slices((x[idx], y[idx])).batch(
             b, drop_remainder=True).prefetch(2)
 
     data = iter(strategy.distribute_datasets_from_function(dataset))

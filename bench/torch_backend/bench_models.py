@@ -15,6 +15,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from trainer_order import TrainerOrder
+
 # ---- data ---------------------------------------------------------------------------------
 
 
@@ -38,7 +40,8 @@ def fashion_mnist(directory, limit, split="train"):
     """The first `limit` images and labels of a split: "train", or "t10k" (the test set)."""
     x = read_idx(os.path.join(directory, f"{split}-images-idx3-ubyte.gz"))[:limit]
     y = read_idx(os.path.join(directory, f"{split}-labels-idx1-ubyte.gz"))[:limit]
-    return (x.float() / 255 - 0.286) / 0.353, y.long()
+    # (pixel - 64) / 128, exact in float: mini_trainer's gather_batch, which torch_trainer uses.
+    return (x.float() - 64) / 128, y.long()
 
 
 def corpus(directory, context):
@@ -101,6 +104,10 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, 256, bias=False)
+        # GPT-style embeddings, drawn after every layer as torch_trainer's gpt_impl does.
+        with torch.no_grad():
+            nn.init.normal_(self.tok.weight, 0.0, 0.02)
+            nn.init.normal_(self.pos.weight, 0.0, 0.02)
         # Not a buffer: DDP would broadcast it, and Gloo broadcasts no bool tensors.
         self.mask = torch.ones(context, context, dtype=torch.bool).triu(1)
 
@@ -133,16 +140,34 @@ class Task:
             self.test = windows[len(windows) + 1 - tenth:][: min(max(1, a.limit // 8), 256)]
             self.batch = a.batch or 16
         self.rank, self.n = rank, n
+        self.order, self.perms = TrainerOrder(a.seed), []
 
     def model(self, seed):
         torch.manual_seed(seed)
         return CNN() if self.name == "cnn" else GPT()
 
+    def optimizer(self, params):
+        """The trainers' optimizer: SGD 0.02 with momentum 0.9 (CNN), AdamW 1e-3 without
+        weight decay (transformer)."""
+        if self.name == "cnn":
+            return torch.optim.SGD(params, lr=0.02, momentum=0.9)
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0)
+
     def step_batch(self, step):
-        """This rank's shard of the step's global batch (the data wraps around)."""
+        """This rank's shard of the step's global batch, as the trainers take it: epoch e
+        visits the samples in the e-th permutation, rank r takes its slice of each global
+        batch, and an epoch drops the last partial batch."""
         total = len(self.x) if self.name == "cnn" else len(self.seqs)
-        start = (step * self.n + self.rank) * self.batch
-        idx = torch.arange(start, start + self.batch) % total
+        global_batch = self.batch * self.n
+        per_epoch = total // global_batch
+        if per_epoch == 0:
+            raise SystemExit(f"a global batch of {global_batch} is larger than the "
+                             f"{total} training samples")
+        epoch, s = divmod(step, per_epoch)
+        while len(self.perms) <= epoch:
+            self.perms.append(self.order.permutation(total))
+        start = s * global_batch + self.rank * self.batch
+        idx = torch.tensor(self.perms[epoch][start:start + self.batch])
         if self.name == "cnn":
             return self.x[idx].unsqueeze(1), self.y[idx]
         s = self.seqs[idx]

@@ -92,7 +92,7 @@ def bench(rank, n, a):
                 attach_hook(ddp, a.hook, g, backend)
                 # One optimizer for the warm-up and the timed steps (its momentum carries
                 # over), as horovod_train.py and the trainers have.
-                opt = torch.optim.SGD(ddp.parameters(), lr=0.02, momentum=0.9)
+                opt = task.optimizer(ddp.parameters())
                 train(task, ddp, opt, a.warmup, 0, gloo)
                 took, loss = train(task, ddp, opt, a.steps, a.warmup, gloo)
                 rates[backend].append(a.steps * task.batch * n / took)
