@@ -14,7 +14,7 @@
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function_hook.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
 
 #include <chrono>
 #include <cstddef>

@@ -5,7 +5,7 @@
 // before it is trained on for days.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>  // at::Tensor alone: torch/torch.h takes 5x as long to parse
 
 #include <bit>
 #include <cstddef>

@@ -5,7 +5,7 @@
 // integration (include/gradsync/torch/): only code that links libtorch includes it.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>  // at::Tensor alone: torch/torch.h takes 5x as long to parse
 
 #include <cstddef>
 #include <cstdint>
