@@ -5,9 +5,10 @@ conv(1->16, 5x5, same) - relu - pool - conv(16->32, 5x5, same) - relu - pool - f
 initialises Conv2d and Linear (weights uniform in +-1/sqrt(fan_in), which is Keras's
 VarianceScaling(1/3, fan_in, uniform); biases uniform in +-1/sqrt(fan_in)), trained with
 SGD lr 0.02 momentum 0.9 on Fashion-MNIST (Debian's gzip IDX files), with the trainers'
-normalisation and sample order (bench/torch_backend/bench_models.py, trainer_order.py). Reports samples/s (global samples per second over the
-timed steps, rank 0's clock: every step ends in a cross-worker reduction of the loss, so the
-workers run in lock step) and the test accuracy on the 10,000 test images.
+normalisation and sample order (bench/torch_backend/bench_models.py, trainer_order.py).
+Reports samples/s (global samples per second over the timed steps, rank 0's clock: every
+step ends in a cross-worker reduction of the loss, so the workers run in lock step) and the
+test accuracy on the first --test-limit test images.
 
 The global batch is --global-batch (default 64, torch_trainer's; each worker takes
 global/workers). ddp_bench.py and horovod_train.py take a per-rank batch (64): to compare with
