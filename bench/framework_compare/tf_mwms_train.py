@@ -5,7 +5,7 @@ conv(1->16, 5x5, same) - relu - pool - conv(16->32, 5x5, same) - relu - pool - f
 initialises Conv2d and Linear (weights uniform in +-1/sqrt(fan_in), which is Keras's
 VarianceScaling(1/3, fan_in, uniform); biases uniform in +-1/sqrt(fan_in)), trained with
 SGD lr 0.02 momentum 0.9 on Fashion-MNIST (Debian's gzip IDX files), with the trainers'
-normalisation and sample order (bench/torch_backend/bench_models.py, trainer_order.py).
+normalisation and sample order (bench/torch_backend/trainer_data.py).
 Reports samples/s (global samples per second over the timed steps, rank 0's clock: every
 step ends in a cross-worker reduction of the loss, so the workers run in lock step) and the
 test accuracy on the first --test-limit test images.
@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_backend"))
-from trainer_order import TrainerOrder  # noqa: E402  (plain Python, no torch)
+from trainer_data import TrainerOrder, normalised  # noqa: E402  (plain Python, no torch)
 
 
 def read_idx(path):
@@ -62,8 +62,8 @@ def fashion_mnist(directory, split, limit):
     prefix = "train" if split == "train" else "t10k"
     x = read_idx(os.path.join(directory, f"{prefix}-images-idx3-ubyte.gz"))[:limit]
     y = read_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"))[:limit]
-    # NHWC: Keras's Conv2D default layout on CPU; (pixel - 64) / 128 as the trainers.
-    return ((x.astype(np.float32) - 64) / 128)[..., None], y.astype(np.int64)
+    # NHWC: Keras's Conv2D default layout on CPU.
+    return normalised(x.astype(np.float32))[..., None], y.astype(np.int64)
 
 
 def launch_context(a):

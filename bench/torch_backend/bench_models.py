@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from trainer_order import TrainerOrder
+from trainer_data import TrainerOrder, normalised
 
 # ---- data ---------------------------------------------------------------------------------
 
@@ -40,8 +40,7 @@ def fashion_mnist(directory, limit, split="train"):
     """The first `limit` images and labels of a split: "train", or "t10k" (the test set)."""
     x = read_idx(os.path.join(directory, f"{split}-images-idx3-ubyte.gz"))[:limit]
     y = read_idx(os.path.join(directory, f"{split}-labels-idx1-ubyte.gz"))[:limit]
-    # (pixel - 64) / 128, exact in float: mini_trainer's gather_batch, which torch_trainer uses.
-    return (x.float() - 64) / 128, y.long()
+    return normalised(x.float()), y.long()
 
 
 def corpus(directory, context):

@@ -2,7 +2,7 @@
 """The Python peers train what examples/torch_trainer trains: after the same samples, DDP
 (over "gradsync" and over "gloo", ddp_bench.py) prints the same test metric as the trainer.
 bench_models.Task must match the trainer in every choice that moves the weights: the data
-and its normalisation, the sample order (trainer_order.py), the initial weights and the
+and its normalisation, the sample order (trainer_data.py), the initial weights and the
 optimizer. bench/framework_compare compares the systems' accuracy and perplexity on that
 basis, so a change to either side that breaks it fails here.
 

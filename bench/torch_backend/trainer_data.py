@@ -1,8 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The trainers' sample order in plain Python (no torch), shared by bench_models.py and
-bench/framework_compare/tf_mwms_train.py."""
+"""How the trainers (examples/mini_trainer, examples/torch_trainer) feed their data, in
+plain Python (no torch): the pixels' scaling and the samples' order. Shared by
+bench_models.py and bench/framework_compare/tf_mwms_train.py, so that the peers train what
+the trainers train."""
 
 M64 = (1 << 64) - 1
+
+
+def normalised(pixels):
+    """(pixel - 64) / 128 of float pixels (a torch tensor or a numpy array), exact in
+    float: mini_trainer's gather_batch, which torch_trainer uses too."""
+    return (pixels - 64) / 128
 
 
 class TrainerOrder:
