@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
       for (const auto& name : o.transports) {
         if (name == "shm") {
           // A heap for the allreducers' arenas (zero-copy home, packed staging): placed
-          // there, peers read the buckets in place (gradsync/detail/arena_placement.hpp).
+          // there, peers read the buckets in place (gradsync/allreducer/arena_placement.hpp).
           gs::transport::shm_options base;
           for (const auto& m : o.models)
             base.heap_bytes =

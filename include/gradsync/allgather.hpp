@@ -3,10 +3,10 @@
 // every rank receives all of them in rank order in `out` (n * in.size() elements). With
 // the same guarantees as allreduce: a deadline on every wait, the call's arguments agreed
 // across ranks before data moves (errc::mismatch naming the ranks), the same bytes on
-// every rank. On shm each rank reads the others' blocks (algo::allgather_direct). Over a
-// two_level the blocks cross the network once per rank (its Inter group), then spread
-// inside the node; across a network, in pieces whose spreading in the node overlaps the
-// next piece's crossing.
+// every rank. On shm each rank reads the others' blocks (algo::allgather_direct). Over
+// levels (transport/levels.hpp) the blocks cross the network once per rank (its Inter
+// group), then spread inside the node; across a network, in pieces whose spreading in the node
+// overlaps the next piece's crossing.
 #pragma once
 
 #include <algorithm>
@@ -35,7 +35,7 @@
 #include "gradsync/detail/host_collective.hpp"
 #include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/transport/concept.hpp"
-#include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/levels.hpp"
 
 namespace gradsync {
 
@@ -76,14 +76,16 @@ std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std:
   return sent;
 }
 
-/// The allgather over both levels of a two_level: across the nodes first (this local
+/// The allgather over both levels of a group with levels: across the nodes first (this local
 /// index on every node), then the nodes' blocks inside the node, so each block crosses
 /// the network once; across a network, in pieces of the blocks, each piece spread in the
 /// node while the next one crosses. A peer-memory node level spreads the node's own
 /// blocks while the first pieces cross.
-template <class Intra, class Inter>
-std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<const std::byte> in,
-                             std::span<std::byte> out, dtype type, const call_options& opt) {
+template <transport::leveled Tr>
+std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std::byte> out,
+                            dtype type, const call_options& opt) {
+  using Intra = typename Tr::intra_type;
+  using Inter = typename Tr::inter_type;
   using ring = algo::allgather_ring;
   using direct = algo::allgather_direct;
   // A peer-memory node level gathers all pieces in one direct call, each node's block
@@ -92,10 +94,8 @@ std::size_t allgather_levels(transport::two_level<Intra, Inter>& t, std::span<co
   const std::string_view name = node_direct ? direct::name : ring::name;
   const std::size_t nodes = t.inter().size(), local = t.intra().size(), b = in.size();
   std::size_t sent = 0, sent_across = 0;
-  const own_level_frame<Intra, Inter> f(
-      t, t.intra(), t.inter(), opt,
-      {"allgather", name, type, reduce_op::sum, b / dtype_size(type), {}},
-      "allgather inside the node", "allgather across nodes");
+  const frame_for<Tr> f(t, opt, {"allgather", name, type, reduce_op::sum, b / dtype_size(type), {}},
+                        {"allgather inside the node", "allgather across nodes"});
   const call_context &in_c = f.inside(), &out_c = f.across();
   f.run([&] {
     f.agree(name);
@@ -249,11 +249,7 @@ std::size_t allgather(Tr& t, std::span<const T> in, std::span<T> out,
   const auto bytes_in = std::as_bytes(in);
   const auto bytes_out = std::as_writable_bytes(out);
   constexpr dtype type = dtype_of<T>::value;
-  if constexpr (transport::is_two_level_v<Tr>) {
-    return detail::allgather_levels(t, bytes_in, bytes_out, type, opt);
-  } else {
-    return detail::allgather_bytes(t, bytes_in, bytes_out, type, opt);
-  }
+  return detail::allgather_bytes(t, bytes_in, bytes_out, type, opt);  // one level or more
 }
 
 /// out := every rank's `in`, in device memory, enqueued on t's stream (returns without

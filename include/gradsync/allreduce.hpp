@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Every free entry point of gradsync: the in-place allreduce<Algorithm>(transport, data, op)
-// and the out-of-place one on host memory, over a flat transport or a transport::two_level
-// (algo::hierarchical), and the stream-ordered one on device memory (device_span, over
-// transport::nccl / cuda_ipc / mpi_device). Each opens its call through a frame
+// and the out-of-place one on host memory, over a flat transport or a group with levels
+// (transport/levels.hpp: algo::hierarchical), and the stream-ordered one on device memory
+// (device_span, over transport::nccl / cuda_ipc / mpi_device). Each opens its call through a frame
 // (check/call_frame.hpp).
 #pragma once
 
@@ -28,7 +28,7 @@
 #include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/kernels/finite.hpp"
 #include "gradsync/transport/concept.hpp"
-#include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/levels.hpp"
 
 namespace gradsync {
 
@@ -110,11 +110,11 @@ void allreduce(Tr& t, std::span<TIn> in, std::span<T> out, Op op, const call_opt
   allreduce<A>(t, out, op, opt);
 }
 
-/// In-place allreduce over a two-level transport; A must be algo::hierarchical<...>.
-template <class A, class Intra, class Inter, class T, class Op>
-void allreduce(transport::two_level<Intra, Inter>& t, std::span<T> data, Op op,
-               const call_options& opt = {}) {
-  check_composition<A, transport::two_level<Intra, Inter>, std::remove_const_t<T>, Op>();
+/// In-place allreduce over a group with levels; A must be algo::hierarchical<...>, which
+/// opens the call's frame over every level itself.
+template <class A, transport::leveled Tr, class T, class Op>
+void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
+  check_composition<A, Tr, std::remove_const_t<T>, Op>();
   static_assert(!std::is_const_v<T>,
                 "gradsync: the in-place allreduce writes its buffer; pass a std::span of "
                 "non-const elements");

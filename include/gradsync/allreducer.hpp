@@ -2,15 +2,16 @@
 // The façade: allreducer<Transport, Algorithm, Fusion, Compression> composes the four
 // policies into one object that keeps state across calls: the bucket plan of a model's
 // registered gradients, the background progress thread, statistics and the timeline.
-// Its parts, one job each (detail/): allreducer_core (what does not depend on the
-// policies: ordering the work, the progress thread, statistics; compiled once), which
-// composes tensor_registry (registration, the agreed plan, the arena), batch (an
+// Its parts, one job each (allreducer/, in namespace detail): allreducer_core (what does
+// not depend on the policies: ordering the work, the progress thread, statistics; compiled
+// once), which composes tensor_registry (registration, the agreed plan, the arena), batch (an
 // operation's buckets, packed and unpacked), step_gate (which buckets of a step may
 // launch), staging_pool and call_ledger (statistics, failures, metrics); and
 // bucket_runner (one bucket's collective or codec, per composition). The façade checks
 // the composition and turns typed calls into step tables.
-// Transport is one transport, or a transport::two_level with algo::hierarchical (buckets
-// go through the node's transport and across nodes; everything else is the same).
+// Transport is one transport, or a group with levels (transport/levels.hpp) with
+// algo::hierarchical (buckets go through the node's transport and across nodes;
+// everything else is the same).
 //
 // Threading. One caller thread uses an allreducer at a time. Asynchronous work (buckets
 // launched by ready(), allreduce_async) runs on a background thread the allreducer owns;
@@ -42,9 +43,9 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
-#include "gradsync/detail/allreducer_core.hpp"
-#include "gradsync/detail/bucket_runner.hpp"
-#include "gradsync/detail/thread_level.hpp"
+#include "gradsync/allreducer/allreducer_core.hpp"
+#include "gradsync/allreducer/bucket_runner.hpp"
+#include "gradsync/allreducer/thread_level.hpp"
 #include "gradsync/fusion/bucket.hpp"
 #include "gradsync/fusion/concept.hpp"
 #include "gradsync/fusion/none.hpp"
@@ -53,27 +54,28 @@
 #include "gradsync/observe/stats.hpp"
 #include "gradsync/observe/timeline.hpp"
 #include "gradsync/transport/concept.hpp"
-#include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/levels.hpp"
 
 namespace gradsync {
 
-template <class Transport,  ///< who moves the bytes (transport_policy, or a two_level)
+template <class Transport,  ///< who moves the bytes (transport_policy, or levels of them)
           class Algorithm,  ///< how ranks combine (algorithm_for<., Transport>; hierarchical)
           class Fusion = fusion::none,         ///< how tensors become messages (fusion_policy)
           class Compression = compress::none>  ///< what goes on the wire (compress/)
 class allreducer {
   static_assert(transport::level_group<Transport>,
                 "gradsync::allreducer: the first parameter must satisfy gradsync::transport_policy "
-                "(transport::local, shm, mpi, nccl or cuda_ipc) or be a transport::two_level");
+                "(transport::local, shm, mpi, nccl or cuda_ipc) or have levels "
+                "(transport::leveled: see transport/levels.hpp)");
   // The composition table (algo/composition.hpp) decides; these two faults get the
   // allreducer's own words, the rest check_call's.
   static constexpr composition_fault fault = composition_fault_of<Algorithm, Transport>();
   static_assert(fault != composition_fault::not_an_algorithm &&
-                    fault != composition_fault::needs_two_level,
+                    fault != composition_fault::needs_levels,
                 "gradsync::allreducer: the second parameter must be an algorithm for this "
                 "transport (algo::ring, tree, halving_doubling, auto_select, ...); "
                 "algo::hierarchical needs a transport::two_level");
-  static_assert(fault != composition_fault::flat_on_two_level,
+  static_assert(fault != composition_fault::flat_on_levels,
                 "gradsync::allreducer: over a transport::two_level the algorithm must be "
                 "algo::hierarchical<InterAlgo> (e.g. algo::hierarchical<algo::ring>)");
   static_assert(fusion::fusion_policy<Fusion>,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // How an allreducer is constructed: the options of its collectives, its progress thread,
 // bucket cap, timeline, metrics and flight recorder (allreducer.hpp). A header of its own
-// because the allreducer's shared part (detail/allreducer_core.hpp) takes them too.
+// because the allreducer's shared part (allreducer/allreducer_core.hpp) takes them too.
 #pragma once
 
 #include <cstddef>

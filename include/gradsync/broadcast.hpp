@@ -5,8 +5,9 @@
 // (errc::mismatch naming the ranks), the same bytes on every rank (call_options::verify
 // checks it). On shm the others read the root's memory (algo::broadcast_direct); else a
 // binomial tree below algo::broadcast_chain::min_bytes or on 2 ranks, or a segmented
-// chain (MPI's own on mpi below 16 MiB). Over a two_level the data crosses the network once per
-// node (from the root's node along the root's local index), then spreads inside each node.
+// chain (MPI's own on mpi below 16 MiB). Over levels (transport/levels.hpp) the data crosses
+// the network once per node (from the root's node along the root's local index), then
+// spreads inside each node.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +29,7 @@
 #include "gradsync/detail/host_collective.hpp"
 #include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/transport/concept.hpp"
-#include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/levels.hpp"
 
 namespace gradsync {
 
@@ -95,17 +96,16 @@ std::size_t broadcast_bytes(Tr& t, std::span<std::byte> data, std::size_t root, 
   return sent;
 }
 
-/// A broadcast over both levels of a two_level, from global rank `root`.
-template <class Intra, class Inter>
-std::size_t broadcast_bytes(transport::two_level<Intra, Inter>& t, std::span<std::byte> data,
-                            std::size_t root, dtype type, const call_options& opt) {
+/// A broadcast over both levels of a group with levels, from global rank `root`.
+template <transport::leveled Tr>
+std::size_t broadcast_bytes(Tr& t, std::span<std::byte> data, std::size_t root, dtype type,
+                            const call_options& opt) {
   const std::size_t count = data.size() / dtype_size(type), local = t.intra().size();
   // The name of the node level's choice (each level picks its own; Inter may go native).
-  const std::string_view algo_name = broadcast_algo<Intra>(data.size(), t.size());
+  const std::string_view algo_name = broadcast_algo<typename Tr::intra_type>(data.size(), t.size());
   std::size_t sent = 0;
-  const own_level_frame<Intra, Inter> f(t, t.intra(), t.inter(), opt,
-                                        {"broadcast", algo_name, type, reduce_op::sum, count, {}},
-                                        "broadcast inside the node", "broadcast across nodes");
+  const frame_for<Tr> f(t, opt, {"broadcast", algo_name, type, reduce_op::sum, count, {}},
+                        {"broadcast inside the node", "broadcast across nodes"});
   f.run([&] {
     f.agree(algo_name, 0, root);
     check_root(root, t.size(), t.rank(), f.inside().seq);
@@ -120,7 +120,7 @@ std::size_t broadcast_bytes(transport::two_level<Intra, Inter>& t, std::span<std
 }
 }  // namespace detail
 
-/// data := rank `root`'s data, on every rank (a two_level's global rank). Returns the
+/// data := rank `root`'s data, on every rank (over levels, the global rank). Returns the
 /// bytes this rank sent. Host memory; T an element type.
 template <class Tr, class T>
 std::size_t broadcast(Tr& t, std::span<T> data, std::size_t root, const call_options& opt = {}) {

@@ -4,9 +4,9 @@
 // (MPI_Reduce_scatter_block; a sharded optimizer's gradient step). With the same
 // guarantees as allreduce: a deadline on every wait, the call's arguments agreed across
 // ranks before data moves (errc::mismatch naming the ranks), check_finite. On shm each
-// rank reads its block of every rank's input (algo::reduce_scatter_direct). Over a
-// two_level the node reduces first (each local rank the blocks of its column), then each
-// column across the nodes, so every element crosses the network once; across a network,
+// rank reads its block of every rank's input (algo::reduce_scatter_direct). Over
+// levels (transport/levels.hpp) the node reduces first (each local rank the blocks of its column),
+// then each column across the nodes, so every element crosses the network once; across a network,
 // in pieces whose crossing overlaps the next piece's reduction in the node.
 #pragma once
 
@@ -34,7 +34,7 @@
 #include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/kernels/finite.hpp"
 #include "gradsync/transport/concept.hpp"
-#include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/levels.hpp"
 
 namespace gradsync {
 
@@ -78,10 +78,12 @@ std::size_t reduce_scatter_flat(Tr& t, std::span<const T> in, std::span<T> out, 
   return sent;
 }
 
-/// The same over both levels of a two_level.
-template <class Intra, class Inter, class T, class Op>
-std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span<const T> in,
-                                std::span<T> out, Op op, const call_options& opt) {
+/// The same over both levels of a group with levels.
+template <transport::leveled Tr, class T, class Op>
+std::size_t reduce_scatter_flat(Tr& t, std::span<const T> in, std::span<T> out, Op op,
+                                const call_options& opt) {
+  using Intra = typename Tr::intra_type;
+  using Inter = typename Tr::inter_type;
   using direct = algo::reduce_scatter_direct;
   // A peer-memory node level combines each column straight from `in` (no gathering copy).
   constexpr bool node_direct = has_direct_collectives<Intra>;
@@ -90,9 +92,8 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
   const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
   std::size_t sent = 0;
   const std::uint16_t flags = finite ? call_header::finite_checked : 0;
-  const own_level_frame<Intra, Inter> f(
-      t, t.intra(), t.inter(), opt, {"reduce_scatter", name, dtype_of<T>::value, Op::id, m, {}},
-      "reduce_scatter inside the node", "reduce_scatter across nodes");
+  const frame_for<Tr> f(t, opt, {"reduce_scatter", name, dtype_of<T>::value, Op::id, m, {}},
+                        {"reduce_scatter inside the node", "reduce_scatter across nodes"});
   const call_context &in_c = f.inside(), &out_c = f.across();
   f.run([&] {
     f.agree(name, flags);
@@ -171,7 +172,7 @@ std::size_t reduce_scatter_flat(transport::two_level<Intra, Inter>& t, std::span
 }  // namespace detail
 
 /// out := block rank() of the reduction of every rank's `in`, which holds size() blocks of
-/// out.size() elements (block q for rank q; a two_level's global ranks). op::avg divides
+/// out.size() elements (block q for rank q; over levels, the global ranks). op::avg divides
 /// by size(). Returns the bytes this rank sent. Host memory; T an element type.
 template <class Tr, class TIn, class T, class Op>
 requires std::is_same_v<std::remove_const_t<TIn>, T> std::size_t reduce_scatter(

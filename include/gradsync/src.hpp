@@ -12,7 +12,7 @@
 #error \
     "gradsync/src.hpp is for separate compilation: define GRADSYNC_SEPARATE_COMPILATION in every translation unit of the program (or do not compile this file)"
 #else
-#include "gradsync/detail/allreducer_core.ipp"
+#include "gradsync/allreducer/allreducer_core.ipp"
 #include "gradsync/check/consistency.ipp"
 #include "gradsync/core/async.ipp"
 #include "gradsync/core/error.ipp"

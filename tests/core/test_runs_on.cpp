@@ -51,6 +51,14 @@ static_assert(runs_on_v<algo::hierarchical<>, shm_local>);
 static_assert(!runs_on_v<algo::hierarchical<algo::direct_two_shot>, shm_local>);
 // Not a transport at all.
 static_assert(!runs_on_v<algo::ring, int>);
+// The level concept (transport/levels.hpp), which the entry points, the allreducer and
+// the composition table ask for: a two_level, nested or not, has levels; a transport has
+// one; both are level groups.
+static_assert(gs::transport::leveled<local2> && gs::transport::leveled<shm_local>);
+static_assert(gs::transport::leveled<gs::transport::two_level<local, local2>>);
+static_assert(!gs::transport::leveled<local> && !gs::transport::leveled<shm>);
+static_assert(gs::transport::level_group<local> && gs::transport::level_group<local2>);
+static_assert(!gs::transport::level_group<int>);
 
 namespace {
 

@@ -18,8 +18,8 @@ LAYERS = [
     ('algo',),
     ('fusion', 'compress'),
     ('observe',),
-    ('detail', 'allreduce.hpp', 'allgather.hpp', 'broadcast.hpp', 'reduce_scatter.hpp',
-     'allreducer_options.hpp', 'process_set.hpp'),
+    ('detail', 'allreducer', 'allreduce.hpp', 'allgather.hpp', 'broadcast.hpp',
+     'reduce_scatter.hpp', 'allreducer_options.hpp', 'process_set.hpp'),
     ('allreducer.hpp',),
     ('gradsync.hpp', 'src.hpp', 'src_mpi.hpp'),
     # Integrations with a framework: only programs that link it include them.

@@ -11,7 +11,7 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/transport/concept.hpp"
-#include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/levels.hpp"
 
 namespace gradsync {
 
@@ -19,25 +19,25 @@ namespace gradsync {
 enum class composition_fault {
   none,
   not_a_transport,    ///< the transport argument satisfies no transport concept
-  needs_two_level,    ///< algo::hierarchical on a flat transport
+  needs_levels,       ///< algo::hierarchical on a flat transport
   needs_peer_access,  ///< the algorithm reads peers' memory; the transport cannot
   needs_native,       ///< algo::native; the transport has no allreduce of its own
   not_an_algorithm,   ///< the algorithm does not satisfy algorithm_for<A, Tr>
-  flat_on_two_level,  ///< a flat algorithm on a transport::two_level
-  intra_level,        ///< two_level: ring does not run on the node's transport
-  inter_level,        ///< two_level: the inter-node algorithm does not run across nodes
+  flat_on_levels,     ///< a flat algorithm on a group with levels (transport/levels.hpp)
+  intra_level,        ///< levels: ring does not run on the node's transport
+  inter_level,        ///< levels: the inter-node algorithm does not run across nodes
   host_on_device,     ///< a host-memory algorithm on a device transport
 };
 
 /// The table itself: which rule algorithm A breaks on transport Tr (a flat host transport,
-/// a transport::two_level, or a device transport).
+/// a group with levels, or a device transport).
 template <class A,   ///< the algorithm (algo::ring, algo::hierarchical<>, ...)
-          class Tr>  ///< the transport (transport::local, shm, mpi, two_level, nccl, ...)
+          class Tr>  ///< the transport (transport::local, shm, mpi, nccl, ...) or levels
 constexpr composition_fault composition_fault_of() {
   using enum composition_fault;
-  if constexpr (transport::is_two_level_v<Tr>) {
+  if constexpr (transport::leveled<Tr>) {
     if constexpr (!detail::is_hierarchical<A>) {
-      return flat_on_two_level;
+      return flat_on_levels;
     } else if constexpr (composition_fault_of<algo::ring, typename Tr::intra_type>() != none) {
       return intra_level;
     } else if constexpr (composition_fault_of<typename A::inter_algorithm,
@@ -54,8 +54,8 @@ constexpr composition_fault composition_fault_of() {
     }
   } else if constexpr (!transport_policy<Tr>) {
     return not_a_transport;
-  } else if constexpr (declared_traits<A>().needs_two_level) {
-    return needs_two_level;
+  } else if constexpr (declared_traits<A>().needs_two_level) {  // algo/concept.hpp's name
+    return needs_levels;
   } else if constexpr (declared_traits<A>().needs_peer_access && !Tr::peer_access) {
     return needs_peer_access;
   } else if constexpr (declared_traits<A>().needs_native && !Tr::native_allreduce) {
@@ -78,9 +78,9 @@ constexpr void check_composition() {
   static_assert(f != not_a_transport,
                 "gradsync: the first argument is not a transport (see transport/concept.hpp); "
                 "use gradsync::transport::local, shm, mpi, nccl or cuda_ipc");
-  static_assert(f != needs_two_level,
+  static_assert(f != needs_levels,
                 "gradsync: algo::hierarchical runs on a transport::two_level (a node's transport "
-                "plus one across nodes, transport/two_level.hpp, in-place allreduce); on one flat "
+                "plus one across nodes; in-place allreduce); on one flat "
                 "transport use algo::ring or algo::auto_select");
   static_assert(f != needs_peer_access,
                 "gradsync: this algorithm reads peers' memory directly and the transport has "
@@ -93,7 +93,7 @@ constexpr void check_composition() {
                 "gradsync: the algorithm does not satisfy gradsync::algorithm_for<A, "
                 "Transport> (algo/concept.hpp): it needs a `name`, `static constexpr "
                 "gradsync::algorithm_traits traits{...}` and a static run(t, span, op, ctx)");
-  static_assert(f != flat_on_two_level,
+  static_assert(f != flat_on_levels,
                 "gradsync: a transport::two_level runs algo::hierarchical<InterAlgo> (e.g. "
                 "allreduce<algo::hierarchical<algo::ring>>(t, data, op)); flat algorithms run "
                 "on t.intra() or t.inter() alone");
@@ -105,13 +105,6 @@ constexpr void check_composition() {
     check_composition<algo::ring, typename Tr::intra_type, T, Op>();
     check_composition<typename A::inter_algorithm, typename Tr::inter_type, T, Op>();
   }
-}
-
-/// check_composition for algorithm A on transport::two_level<Intra, Inter> (kept for
-/// callers of gradsync 0.1).
-template <class A, class Intra, class Inter, class T, class Op>
-constexpr void check_two_level_composition() {
-  check_composition<A, transport::two_level<Intra, Inter>, T, Op>();
 }
 
 }  // namespace gradsync

@@ -32,12 +32,12 @@
 #include "gradsync/core/flight_recorder.hpp"
 #include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/log.hpp"
-#include "gradsync/detail/batch.hpp"
-#include "gradsync/detail/bucket_step.hpp"
-#include "gradsync/detail/call_ledger.hpp"
-#include "gradsync/detail/staging_pool.hpp"
-#include "gradsync/detail/step_gate.hpp"
-#include "gradsync/detail/tensor_registry.hpp"
+#include "gradsync/allreducer/batch.hpp"
+#include "gradsync/allreducer/bucket_step.hpp"
+#include "gradsync/allreducer/call_ledger.hpp"
+#include "gradsync/allreducer/staging_pool.hpp"
+#include "gradsync/allreducer/step_gate.hpp"
+#include "gradsync/allreducer/tensor_registry.hpp"
 #include "gradsync/fusion/concept.hpp"
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/fusion/tensor.hpp"
@@ -176,5 +176,5 @@ class allreducer_core {
 }  // namespace gradsync::detail
 
 #if GRADSYNC_HEADER_ONLY
-#include "gradsync/detail/allreducer_core.ipp"
+#include "gradsync/allreducer/allreducer_core.ipp"
 #endif

@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "gradsync/detail/allreducer_core.hpp"
+#include "gradsync/allreducer/allreducer_core.hpp"
 
 namespace gradsync::detail {
 

@@ -15,7 +15,7 @@
 #include "gradsync/compress/concept.hpp"
 #include "gradsync/core/async.hpp"
 #include "gradsync/core/dtype.hpp"
-#include "gradsync/detail/bucket_step.hpp"
+#include "gradsync/allreducer/bucket_step.hpp"
 #include "gradsync/fusion/arena.hpp"
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/kernels/finite.hpp"

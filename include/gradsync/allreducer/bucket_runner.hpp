@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The collective of one allreducer bucket, by element type: the composition's algorithm
 // on the transport (traced where it is generic, so its messages are counted and on the
-// timeline; over a two_level both levels), or, for a type the compression policy codes,
+// timeline; over a group with levels each level), or, for a type the compression policy codes,
 // its codec moving the bucket through a channel (compress/concept.hpp). One step per
 // element type, chosen at run time from a table that holds only the types the allreducer
 // was built for. The rest of the allreducer sees it as a bucket_runner_base.
@@ -29,19 +29,19 @@
 #include "gradsync/compress/none.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
-#include "gradsync/detail/bucket_step.hpp"
-#include "gradsync/detail/staging_pool.hpp"
+#include "gradsync/allreducer/bucket_step.hpp"
+#include "gradsync/allreducer/staging_pool.hpp"
 #include "gradsync/fusion/arena.hpp"
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/observe/stats.hpp"
 #include "gradsync/observe/timeline.hpp"
 #include "gradsync/observe/traced_transport.hpp"
-#include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/levels.hpp"
 
 namespace gradsync::detail {
 
 /// One bucket's collective for a composition of policies.
-template <class Transport,    ///< the allreducer's transport (or two_level)
+template <class Transport,    ///< the allreducer's transport (or levels of them)
           class Algorithm,    ///< its algorithm
           class Compression>  ///< its compression policy
 class bucket_runner final : public bucket_runner_base {
@@ -208,7 +208,7 @@ class bucket_runner final : public bucket_runner_base {
   void run_wire(T* data, std::size_t count, observe::track tr, observe::call_stats& acc) {
     std::span<T> s(data, count);
     acc.bytes_encoded += s.size_bytes();
-    if constexpr (transport_policy<Transport>) {  // not a two_level: maybe traced
+    if constexpr (transport_policy<Transport>) {  // one level: maybe traced
       if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
         observe::traced_transport<Transport> tt(t_, &tl_, tr);
         gradsync::allreduce<Algorithm>(tt, s, Op{}, opt_);
@@ -216,8 +216,8 @@ class bucket_runner final : public bucket_runner_base {
         return;
       }
     }
-    if constexpr (transport::is_two_level_v<Transport>) {
-      run_two_level<T, Op>(s, tr, acc);
+    if constexpr (transport::leveled<Transport>) {
+      run_levels<T, Op>(s, tr, acc);
     } else {  // peer memory or the transport's own allreduce: no messages to count
       gradsync::allreduce<Algorithm>(t_, s, Op{}, opt_);
       acc.bytes_wire += ring_wire_bytes(s.size_bytes(), t_.size());
@@ -225,15 +225,15 @@ class bucket_runner final : public bucket_runner_base {
     }
   }
 
-  /// Over two levels: the phases on the timeline, and the bytes each level sends counted
+  /// Over levels: the phases on the timeline, and the bytes each level sends counted
   /// by a traced_transport around it (the node's ring always; the inter-node algorithm
   /// when it is generic, else, for algo::native, the ring model of the shard).
   template <class T, class Op>
-  void run_two_level(std::span<T> s, observe::track tr, observe::call_stats& acc) {
+  void run_levels(std::span<T> s, observe::track tr, observe::call_stats& acc) {
     using intra_t = typename Transport::intra_type;
     using inter_t = typename Transport::inter_type;
     using inter_algo = typename Algorithm::inter_algorithm;
-    check_two_level_composition<Algorithm, intra_t, inter_t, T, Op>();
+    check_composition<Algorithm, Transport, T, Op>();
     auto phase = [&](std::string_view name, steady::time_point b, steady::time_point e) {
       event(name, tr, b, e, [&] { return "\"elements\":" + std::to_string(s.size()); });
     };

@@ -28,7 +28,7 @@
 #include "gradsync/core/flight_recorder.hpp"
 #include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
-#include "gradsync/detail/staging_pool.hpp"
+#include "gradsync/allreducer/staging_pool.hpp"
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/observe/stats.hpp"
 #include "gradsync/observe/timeline.hpp"

@@ -3,7 +3,7 @@
 // buckets into one, a codec takes its scratch from them, and each goes back to the pool
 // when its batch (or codec run) ends, so a steady training loop stops allocating after
 // its first steps. Placed like the registered arena: in the transport's heap when it has
-// one with room (detail/arena_placement.hpp). Not a template: the transport is kept
+// one with room (allreducer/arena_placement.hpp). Not a template: the transport is kept
 // behind one function pointer, so every allreducer of a program shares this code.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <mutex>
 #include <vector>
 
-#include "gradsync/detail/arena_placement.hpp"
+#include "gradsync/allreducer/arena_placement.hpp"
 #include "gradsync/fusion/arena.hpp"
 
 namespace gradsync::detail {

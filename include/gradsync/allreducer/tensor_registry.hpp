@@ -20,7 +20,7 @@
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/log.hpp"
-#include "gradsync/detail/arena_placement.hpp"
+#include "gradsync/allreducer/arena_placement.hpp"
 #include "gradsync/fusion/arena.hpp"
 #include "gradsync/fusion/bucket.hpp"
 #include "gradsync/fusion/concept.hpp"

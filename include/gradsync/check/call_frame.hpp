@@ -277,9 +277,9 @@ template <class Tr>  ///< a transport, a wrapper of one, or a transport::two_lev
 struct frame_choice {
   using type = call_frame<Tr>;
 };
-template <class Intra, class Inter>
-struct frame_choice<transport::two_level<Intra, Inter>> {
-  using type = own_level_frame<Intra, Inter>;
+template <transport::leveled Tr>
+struct frame_choice<Tr> {
+  using type = own_level_frame<typename Tr::intra_type, typename Tr::inter_type>;
 };
 /// The frame of a call over Tr: call_frame for one transport, level_frame over a
 /// two_level's own levels. Both open as frame_for<Tr>(t, opt, note, names) and have

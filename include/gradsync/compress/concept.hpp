@@ -58,7 +58,7 @@ struct tensor_part {
   std::size_t cols = 0;
 };
 
-/// What the allreducer hands a codec's run() for one bucket (detail/bucket_runner.hpp
+/// What the allreducer hands a codec's run() for one bucket (allreducer/bucket_runner.hpp
 /// has the real one; tests may write their own):
 template <class Ch>
 concept channel = requires(Ch& ch, std::span<float> f, std::span<std::int8_t> q,

@@ -9,26 +9,27 @@
 
 #include "gradsync/core/error.hpp"
 #include "gradsync/transport/concept.hpp"
-#include "gradsync/transport/two_level.hpp"
+#include "gradsync/transport/levels.hpp"
 
 namespace gradsync::detail {
 
-/// Name the two buffers the two-level reduce_scatter and allgather keep in the node
+/// Name the two buffers the reduce_scatter and allgather over levels keep in the node
 /// transport's workspace (shared: the two are never active in one call).
 struct level_scratch_across;
 struct level_scratch_inside;
 
-/// Fails the build unless Tr is a host transport or a two_level of them.
+/// Fails the build unless Tr is a host transport or two levels of them.
 template <class Tr>
 constexpr void check_host_collective() {
-  static_assert(transport_policy<Tr> || transport::is_two_level_v<Tr>,
+  static_assert(transport::level_group<Tr>,
                 "gradsync::broadcast / allgather / reduce_scatter: the transport must satisfy "
-                "gradsync::transport_policy (local, shm, mpi) or be a transport::two_level");
-  if constexpr (transport::is_two_level_v<Tr>) {
+                "gradsync::transport_policy (local, shm, mpi) or have levels "
+                "(transport::leveled: see transport/levels.hpp)");
+  if constexpr (transport::leveled<Tr>) {
     static_assert(transport_policy<typename Tr::inter_type>,
                   "gradsync::broadcast / allgather / reduce_scatter run on two levels; over "
-                  "three (a two_level whose Inter is a two_level) only allreduce runs: call "
-                  "them on t.inter() or t.intra(), or build a two_level of two transports");
+                  "three (an Inter with levels of its own) only allreduce runs: call "
+                  "them on t.inter() or t.intra(), or build the levels of two transports");
   }
   static_assert(Tr::memory == memory_space::host,
                 "gradsync::broadcast / allgather / reduce_scatter: this transport moves device "

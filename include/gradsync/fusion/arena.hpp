@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // arena: one flat, cache-line aligned, zero-initialised buffer owned by gradsync. It is
 // the home of the gradients in zero-copy mode and the staging area of packed buckets.
-// Its memory is private, or adopted from the transport (detail/arena_placement.hpp puts
+// Its memory is private, or adopted from the transport (allreducer/arena_placement.hpp puts
 // it in transport::shm's heap, where peers read buckets in place).
 #pragma once
 

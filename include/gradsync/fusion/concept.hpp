@@ -41,7 +41,7 @@ template <class F>
 inline constexpr bool is_zero_copy_v = F::storage == storage::arena;
 
 /// A fusion policy's parameters as values, for the parts of the allreducer that are
-/// compiled once for every policy (detail/tensor_registry.hpp).
+/// compiled once for every policy (allreducer/tensor_registry.hpp).
 struct policy_values {
   std::string_view name;
   std::size_t bucket_bytes = 0, first_bucket_bytes = 0;

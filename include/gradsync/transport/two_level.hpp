@@ -21,8 +21,10 @@
 //
 // Inter may itself be a two_level: three levels or more (threads inside a process, the
 // processes of a host, the hosts), run by algo::hierarchical<algo::hierarchical<...>>.
-// The levels are a recursion: the allreducer, its runner and the entry points do not
-// tell two levels from three. The call checks see a nested Inter as one group through
+// The levels are a recursion, and a two_level is a transport::leveled group
+// (transport/levels.hpp): the allreducer, its runner and the entry points ask for that
+// concept, so they do not tell two levels from three, nor this class from another group
+// with levels. The call checks see a nested Inter as one group through
 // detail::allgather_pod / allgather_blocks below. Allreduce only: the other collectives
 // and split() take a flat Inter.
 #pragma once
@@ -44,6 +46,7 @@
 #include "gradsync/core/error.hpp"
 #include "gradsync/transport/bruck_exchange.hpp"
 #include "gradsync/transport/concept.hpp"
+#include "gradsync/transport/levels.hpp"
 #include "gradsync/transport/split.hpp"
 #include "gradsync/transport/two_level/split.hpp"
 
@@ -57,10 +60,6 @@ template <class T>
 inline constexpr bool is_two_level_v = false;
 template <class Intra, class Inter>
 inline constexpr bool is_two_level_v<two_level<Intra, Inter>> = true;
-
-/// What a level of a two_level may be: a transport, or a two_level of its own (levels).
-template <class T>
-concept level_group = transport_policy<T> || is_two_level_v<T>;
 
 }  // namespace gradsync::transport
 
@@ -252,7 +251,7 @@ class two_level {
   /// e.g. MPI_THREAD_SERIALIZED; agreed at construction).
   bool pipelines() const { return pipelines_; }
 
-  /// The allreducer's progress-thread check (detail/thread_level.hpp), for both levels:
+  /// The allreducer's progress-thread check (allreducer/thread_level.hpp), for both levels:
   /// two_level<shm, mpi> needs MPI_THREAD_SERIALIZED like mpi alone.
   static void require_thread_level() {
     if constexpr (transport_traits_of<Intra>().thread_levels) Intra::require_thread_level();
