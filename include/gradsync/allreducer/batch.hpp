@@ -12,10 +12,10 @@
 #include <memory>
 #include <vector>
 
+#include "gradsync/allreducer/bucket_step.hpp"
 #include "gradsync/compress/concept.hpp"
 #include "gradsync/core/async.hpp"
 #include "gradsync/core/dtype.hpp"
-#include "gradsync/allreducer/bucket_step.hpp"
 #include "gradsync/fusion/arena.hpp"
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/kernels/finite.hpp"

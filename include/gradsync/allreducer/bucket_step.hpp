@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "gradsync/allreducer/staging_pool.hpp"
 #include "gradsync/allreducer_options.hpp"
 #include "gradsync/check/finite.hpp"
 #include "gradsync/compress/concept.hpp"
@@ -28,7 +29,6 @@
 #include "gradsync/core/flight_recorder.hpp"
 #include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
-#include "gradsync/allreducer/staging_pool.hpp"
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/observe/stats.hpp"
 #include "gradsync/observe/timeline.hpp"

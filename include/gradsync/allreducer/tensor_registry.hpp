@@ -14,13 +14,13 @@
 #include <utility>
 #include <vector>
 
+#include "gradsync/allreducer/arena_placement.hpp"
 #include "gradsync/compress/concept.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/log.hpp"
-#include "gradsync/allreducer/arena_placement.hpp"
 #include "gradsync/fusion/arena.hpp"
 #include "gradsync/fusion/bucket.hpp"
 #include "gradsync/fusion/concept.hpp"
