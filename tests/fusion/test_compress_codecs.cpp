@@ -24,6 +24,7 @@
 #include <gradsync/kernels/radix_select.hpp>
 #include <gradsync/testing/exact_inputs.hpp>
 
+#include "solo_channel.hpp"
 #include "watchdog.hpp"
 
 namespace gs = gradsync;
@@ -31,28 +32,7 @@ using local = gs::transport::local;
 
 namespace {
 
-// A one-rank channel: allreduce and allgather leave the data as it is.
-struct solo_channel {
-  std::vector<std::vector<std::byte>> bufs;
-  std::size_t ranks() const { return 1; }
-  std::size_t rank() const { return 0; }
-  template <class W, class Op>
-  void allreduce(std::span<W>, Op) {}
-  void allgather(std::span<const std::byte> mine, std::span<std::byte> all) {
-    std::memcpy(all.data(), mine.data(), mine.size());
-  }
-  std::span<std::byte> scratch(std::size_t n) {
-    bufs.emplace_back(n);
-    return bufs.back();
-  }
-  template <class F>
-  void timed(std::string_view, F&& f) {
-    f();
-  }
-  std::vector<gs::compress::tensor_part> parts;
-  std::span<const gs::compress::tensor_part> tensors() const { return parts; }
-};
-static_assert(gs::compress::channel<solo_channel>);
+using fusion_test::solo_channel;
 
 // A deterministic pseudo-random float in [-1, 1) from (seed, i).
 float noise(std::uint64_t seed, std::size_t i) {

@@ -16,6 +16,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gradsync/compress/exact.hpp>
@@ -23,6 +24,7 @@
 #include <gradsync/gradsync.hpp>
 
 #include "fusion_helpers.hpp"
+#include "solo_channel.hpp"
 #include "two_level_ranks.hpp"
 #include "watchdog.hpp"
 
@@ -882,4 +884,105 @@ TEST_CASE("exact: error_feedback<exact<32>> carries what 32-bit codes drop") {
   CHECK(plain == 0.0);  // each step alone drops it
   CHECK(std::fabs(fed - truth) <= 2 * double(u));
   CHECK(fed > 0.5 * truth);
+}
+
+namespace {
+
+// The one-rank channel, recording its allreduces: the bytes each summed, where they
+// start, and whether run()'s own thread made the call. helper_thread() says what the
+// test sets.
+struct piece_channel : fusion_test::solo_channel {
+  bool helper = false;
+  struct call {
+    const std::byte* at;
+    std::size_t bytes;
+    bool own_thread;
+  };
+  std::vector<call> calls;
+  std::thread::id owner = std::this_thread::get_id();
+  bool helper_thread() const { return helper; }
+  template <class W, class Op>
+  void allreduce(std::span<W> s, Op) {
+    calls.push_back({reinterpret_cast<const std::byte*>(s.data()), s.size_bytes(),
+                     std::this_thread::get_id() == owner});
+  }
+};
+static_assert(gs::compress::channel<piece_channel>);
+
+}  // namespace
+
+TEST_CASE("exact: a large bucket is summed in pieces of whole blocks, on a helper thread") {
+  // 5 tensors of odd lengths, 3150001 floats: 24.03 MiB of 64-bit codes, 3 pieces.
+  const std::vector<std::size_t> lens = {1300001, 17, 1000000, 3, 849980};
+  std::vector<gs::compress::tensor_part> parts;
+  std::vector<float> x0;
+  for (std::size_t k = 0, at = 0; k < lens.size(); at += lens[k], ++k) {
+    parts.push_back({at, lens[k], 0, 0});
+    for (std::size_t i = 0; i < lens[k]; ++i) x0.push_back(contribution(0, k, i, 20));
+  }
+  const std::size_t pieces = gs::algo::tuning::codec_pieces(x0.size() * sizeof(std::int64_t));
+  REQUIRE(pieces == 3);
+  std::vector<std::vector<float>> out;
+  for (bool helper : {false, true}) {
+    CAPTURE(helper);
+    piece_channel ch;
+    ch.helper = helper;
+    ch.parts = parts;
+    std::vector<float> x = x0;
+    gs::compress::no_state st;
+    gs::compress::run_codec<gs::compress::exact<64>, float, gs::op::sum_t>(ch, std::span<float>(x),
+                                                                           st, nullptr);
+    // One call agrees the exponents, then the pieces: contiguous, covering every code
+    // once, each a whole number of blocks (a piece edge on a block start).
+    REQUIRE(ch.calls.size() == 1 + pieces);
+    CHECK(ch.calls[0].own_thread);
+    std::size_t bytes = 0;
+    for (std::size_t i = 1; i <= pieces; ++i) {
+      CHECK(ch.calls[i].at == ch.calls[1].at + bytes);
+      CHECK(ch.calls[i].own_thread == !helper);
+      const std::size_t first = bytes / sizeof(std::int64_t);
+      bool on_edge = first == 0;
+      for (const auto& p : parts) on_edge |= first >= p.offset && (first - p.offset) % 256 == 0;
+      CHECK(on_edge);
+      bytes += ch.calls[i].bytes;
+    }
+    CHECK(bytes == x0.size() * sizeof(std::int64_t));
+    // One rank: each value comes back bitwise (a tensor's blocks span at most 2^20).
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) wrong += !same_bits(x[i], x0[i]);
+    CHECK(wrong == 0);
+    out.push_back(std::move(x));
+  }
+}
+
+TEST_CASE("exact: error feedback over a bucket in pieces equals it over small buckets") {
+  // The residual is written per block as each piece is coded: three steps of
+  // error_feedback<exact<64>> (blocks spanning 2^60, so the codes drop bits) give the
+  // same bits in one bucket (16.1 MiB of codes: 2 pieces) as in 64 KiB buckets (one
+  // piece each).
+  gs::testbed::watchdog wd(120, "exact pieces, error feedback");
+  using C = gs::compress::error_feedback<gs::compress::exact<64>>;
+  const std::vector<std::size_t> big = {1000, 257, 3, 1500001, 5000, 0, 600001, 1, 4100};
+  auto run = [&]<class Fusion>() {
+    std::vector<std::vector<float>> res(2);
+    gs::transport::run_local(2, [&](local& t) {
+      gs::allreducer<local, gs::algo::ring, Fusion, C> ar(t);
+      std::vector<std::vector<float>> own;
+      auto ts = fusion_test::register_model<float>(ar, big, own, gs::op::sum_t{});
+      for (int step = 0; step < 3; ++step) {
+        for (std::size_t k = 0; k < ts.size(); ++k)
+          for (std::size_t i = 0; i < ts[k].size(); ++i)
+            ts[k][i] = contribution(t.rank() + 2 * step, k, i, 60);
+        for (std::size_t k = ts.size(); k-- > 0;) ar.ready(k);
+        ar.wait();
+        for (auto& s : ts) res[t.rank()].insert(res[t.rank()].end(), s.begin(), s.end());
+      }
+    });
+    CHECK(differing(res[0], res[1]) == 0);
+    return res[0];
+  };
+  const auto one = run.operator()<gs::fusion::bucket<25 << 20>>();
+  const auto small = run.operator()<gs::fusion::bucket<64 << 10>>();
+  REQUIRE(gs::algo::tuning::codec_pieces(2110363 * sizeof(std::int64_t)) == 2);
+  CHECK(differing(one, small) == 0);
 }

@@ -118,8 +118,8 @@ float wide_value(std::size_t r, std::size_t k, std::size_t i) {
 // by in-process threads (transport::local, ring, no fusion): the codes add the same
 // integers whatever moves them.
 template <class Tr, class A, class Fusion>
-void exact_like_local(Tr& t, const char* what) {
-  const std::vector<std::size_t> sizes = {5000, 1, 0, 40000, 333, 70001};
+void exact_like_local(Tr& t, const char* what,
+                      const std::vector<std::size_t>& sizes = {5000, 1, 0, 40000, 333, 70001}) {
   const std::size_t n = t.size(), me = t.rank();
   auto fill = [&](std::vector<std::span<float>>& ts, std::size_t r) {
     for (std::size_t k = 0; k < ts.size(); ++k)
@@ -252,12 +252,17 @@ GS_MPI_TEST("fusion compression: int8 and topk (with error feedback) over mpi an
 }
 
 GS_MPI_TEST("fusion compression: exact sums over mpi and shm equal local threads' bits", 120) {
+  const std::vector<std::size_t> big_model = {5000, 1, 0, 2100000, 333, 70001};
   {
     gs::transport::mpi t{MPI_COMM_WORLD};
     exact_like_local<gs::transport::mpi, gs::algo::ring, gs::fusion::bucket<64 << 10>>(
         t, "mpi ring bucket exact");
     exact_like_local<gs::transport::mpi, gs::algo::native, gs::fusion::zero_copy<1 << 20>>(
         t, "mpi native zero-copy exact");
+    // 16.6 MiB of codes in one bucket: two pieces, the second on the wire from the codec's
+    // helper thread while the first decodes (compress/pieces.hpp).
+    exact_like_local<gs::transport::mpi, gs::algo::ring, gs::fusion::bucket<25 << 20>>(
+        t, "mpi ring exact in pieces", big_model);
   }
   gs::transport::shm_options base;
   base.heap_bytes = 8 << 20;
@@ -268,6 +273,8 @@ GS_MPI_TEST("fusion compression: exact sums over mpi and shm equal local threads
       t, "shm direct_two_shot exact");
   exact_like_local<gs::transport::shm, gs::algo::auto_select, gs::fusion::bucket<1 << 20>>(
       t, "shm auto bucket exact");
+  exact_like_local<gs::transport::shm, gs::algo::auto_select, gs::fusion::bucket<25 << 20>>(
+      t, "shm auto exact in pieces", big_model);
 }
 #endif  // !GS_MPI_TRANSPORT_ONLY
 

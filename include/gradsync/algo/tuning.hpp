@@ -85,6 +85,17 @@ inline constexpr std::size_t hierarchical_pieces(std::size_t bytes, bool pipelin
   return p < hierarchical_max_pieces ? p : hierarchical_max_pieces;
 }
 
+/// Pieces a codec cuts a bucket's codes of `bytes` into so that its passes overlap the
+/// wire (compress/pieces.hpp; 1: one call). A function of the bytes alone, so every rank
+/// cuts alike. Each piece is one more call, and each call drains the link once (about
+/// 9 ms on the simulated 1 Gbit/s switch): pieces of at least 8 MiB (docs/reproducibility.md).
+inline constexpr std::size_t codec_piece_bytes = std::size_t{8} << 20;
+inline constexpr std::size_t codec_max_pieces = 8;
+inline constexpr std::size_t codec_pieces(std::size_t bytes) {
+  const std::size_t p = bytes / codec_piece_bytes;
+  return p < 1 ? 1 : p < codec_max_pieces ? p : codec_max_pieces;
+}
+
 /// Segments of each direction kept in flight by halving_doubling's pairwise exchanges
 /// (scratch: this many segments). Same reasoning as ring_inflight: enough to keep the
 /// peer busy while this rank reduces, 1 MiB of scratch at the default segment size.

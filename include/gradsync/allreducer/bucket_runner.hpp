@@ -130,6 +130,7 @@ class bucket_runner final : public bucket_runner_base {
     }
     std::size_t ranks() const { return self_.t_.size(); }
     std::size_t rank() const { return self_.t_.rank(); }
+    bool helper_thread() const { return transport::helper_thread_ok<Transport>(); }
     /// The bucket's tensors (shapes only for registered ones).
     std::span<const compress::tensor_part> tensors() const { return parts_; }
     template <class W, class WOp>

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +30,9 @@
 #include <string_view>
 #include <type_traits>
 
+#include "gradsync/algo/tuning.hpp"
 #include "gradsync/compress/concept.hpp"
+#include "gradsync/compress/pieces.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
 #include "gradsync/kernels/exact_codes.hpp"
@@ -40,11 +43,15 @@ namespace detail {
 
 /// Calls f(begin, length) for each block of a bucket of `count` elements: Block-element
 /// blocks from the start of each tensor in `parts` (the last one of a tensor shorter),
-/// and from the bucket's start when no parts are known (a single tensor).
+/// and from the bucket's start when no parts are known (a single tensor). Only the blocks
+/// that start in [from, to) when those are given (block starts: a piece's bounds).
 template <std::size_t Block, class F>
-void for_each_block(std::span<const tensor_part> parts, std::size_t count, F&& f) {
+void for_each_block(std::span<const tensor_part> parts, std::size_t count, F&& f,
+                    std::size_t from = 0, std::size_t to = static_cast<std::size_t>(-1)) {
   auto run = [&](std::size_t begin, std::size_t n) {
-    for (std::size_t b = 0; b < n; b += Block) f(begin + b, n - b < Block ? n - b : Block);
+    if (begin + n <= from || begin >= to) return;
+    for (std::size_t b = from > begin ? from - begin : 0; b < n && begin + b < to; b += Block)
+      f(begin + b, n - b < Block ? n - b : Block);
   };
   std::size_t at = 0;
   for (const tensor_part& p : parts) {
@@ -61,6 +68,36 @@ void for_each_block(std::span<const tensor_part> parts, std::size_t count, F&& f
   }
   run(at, count - at);
 }
+
+/// A bucket cut into at most algo::tuning::codec_max_pieces pieces of whole blocks, of
+/// about equal elements: piece i holds the elements [at[i], at[i + 1]) and the blocks
+/// [block[i], block[i + 1]).
+struct block_pieces {
+  std::size_t count = 1;
+  std::array<std::size_t, algo::tuning::codec_max_pieces + 1> at{}, block{};
+
+  template <std::size_t Block>
+  static block_pieces cut(std::span<const tensor_part> parts, std::size_t elements,
+                          std::size_t pieces, std::size_t blocks) {
+    block_pieces r;
+    r.count = pieces;
+    std::size_t next = 1, b = 0;
+    if (pieces > 1) {
+      for_each_block<Block>(parts, elements, [&](std::size_t begin, std::size_t) {
+        if (next < pieces && begin >= next * elements / pieces) {
+          r.at[next] = begin;
+          r.block[next++] = b;
+        }
+        ++b;
+      });
+    }
+    for (; next <= pieces; ++next) {  // the end (and pieces a short bucket leaves empty)
+      r.at[next] = elements;
+      r.block[next] = blocks;
+    }
+    return r;
+  }
+};
 
 }  // namespace detail
 
@@ -182,41 +219,56 @@ struct exact {
         if (agree[b] < own[b]) throw below_own(ch.rank(), b, agree[b], own[b]);
         flagged += agree[blocks + b] != 0 ? 1 : 0;
       }
-      ch.timed("compress", [&] {
-        std::size_t b = 0;
-        detail::for_each_block<Block>(parts, count, [&](std::size_t at, std::size_t len) {
-          kernels::exact::encode<T, code_type, lane_bits>(codes.data() + at * lanes, x.data() + at,
-                                                          len, agree[b++] + scale_offset);
-        });
-        if (residual) residual_of(residual, x, codes, parts, agree);
-      });
-      ch.allreduce(codes, op::sum);
       const std::uint64_t divisor = Op::id == reduce_op::avg ? n : 1;
+      // Piece i's codes are summed while piece i + 1 is coded and piece i - 1 decoded. A
+      // flagged block (agreed, so every rank takes the same branch) decodes with the
+      // kinds of its elements after the whole bucket is summed: one piece.
+      const std::size_t pieces = flagged ? 1 : algo::tuning::codec_pieces(codes.size_bytes());
+      const auto cut = detail::block_pieces::cut<Block>(parts, count, pieces, blocks);
+      auto blocks_of = [&](std::size_t i, auto&& f) {
+        std::size_t b = cut.block[i];
+        detail::for_each_block<Block>(
+            parts, count, [&](std::size_t at, std::size_t len) { f(at, len, b++); }, cut.at[i],
+            cut.at[i + 1]);
+      };
+      auto encode = [&](std::size_t i) {
+        ch.timed("compress", [&] {
+          blocks_of(i, [&](std::size_t at, std::size_t len, std::size_t b) {
+            const int field = agree[b] + scale_offset;
+            kernels::exact::encode<T, code_type, lane_bits>(codes.data() + at * lanes,
+                                                            x.data() + at, len, field);
+            if (residual) residual_of(residual, x.data(), codes.data(), at, len, field);
+          });
+        });
+      };
+      auto piece_codes = [&](std::size_t i) {
+        return codes.subspan(cut.at[i] * lanes, (cut.at[i + 1] - cut.at[i]) * lanes);
+      };
       if (flagged) {
+        encode(0);
+        ch.allreduce(codes, op::sum);
         non_finite_blocks(ch, x, codes, parts, agree, blocks, divisor);
         return;
       }
-      ch.timed("decompress", [&] {
-        std::size_t b = 0;
-        detail::for_each_block<Block>(parts, count, [&](std::size_t at, std::size_t len) {
-          kernels::exact::decode<T, code_type, lane_bits>(x.data() + at, codes.data() + at * lanes,
-                                                          len, agree[b++] + scale_offset, divisor);
+      reduce_in_pieces(ch, pieces, piece_codes, op::sum, encode, [&](std::size_t i) {
+        ch.timed("decompress", [&] {
+          blocks_of(i, [&](std::size_t at, std::size_t len, std::size_t b) {
+            kernels::exact::decode<T, code_type, lane_bits>(
+                x.data() + at, codes.data() + at * lanes, len, agree[b] + scale_offset, divisor);
+          });
         });
       });
     }
 
-    /// x minus what this rank's own codes decode to (0 where x is not finite).
-    static void residual_of(T* r, std::span<const T> x, std::span<const code_type> codes,
-                            std::span<const tensor_part> parts, std::span<const scale_type> agree) {
-      std::size_t b = 0;
-      detail::for_each_block<Block>(parts, x.size(), [&](std::size_t at, std::size_t len) {
-        kernels::exact::decode<T, code_type, lane_bits>(r + at, codes.data() + at * lanes, len,
-                                                        agree[b++] + scale_offset, 1);
-        for (std::size_t i = at; i < at + len; ++i) {
-          const T lost = x[i] - r[i];
-          r[i] = std::isfinite(lost) ? lost : T(0);  // a NaN would stay for good
-        }
-      });
+    /// x minus what this rank's own codes decode to (0 where x is not finite), for the
+    /// block of `len` elements at `at`, coded at `field`.
+    static void residual_of(T* r, const T* x, const code_type* codes, std::size_t at,
+                            std::size_t len, int field) {
+      kernels::exact::decode<T, code_type, lane_bits>(r + at, codes + at * lanes, len, field, 1);
+      for (std::size_t i = at; i < at + len; ++i) {
+        const T lost = x[i] - r[i];
+        r[i] = std::isfinite(lost) ? lost : T(0);  // a NaN would stay for good
+      }
     }
 
     /// Decodes a bucket in which some block holds a NaN or Inf on some rank: one more

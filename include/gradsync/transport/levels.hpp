@@ -32,4 +32,21 @@ concept leveled = requires(T& t, const T& c, std::size_t q) {
 template <class T>
 concept level_group = transport_policy<T> || leveled<T>;
 
+/// True when a helper thread may make G's calls while the calling thread works, one
+/// thread at a time: host memory at every level, and where a library has thread levels
+/// (MPI), one that allows it (MPI_THREAD_SERIALIZED). A local decision: what the threads
+/// send is the same either way.
+template <level_group G>
+bool helper_thread_ok() {
+  if constexpr (leveled<G>) {
+    return helper_thread_ok<typename G::intra_type>() && helper_thread_ok<typename G::inter_type>();
+  } else if constexpr (G::memory != memory_space::host) {
+    return false;
+  } else if constexpr (transport_traits_of<G>().thread_levels) {
+    return G::allows_helper_thread();
+  } else {
+    return true;
+  }
+}
+
 }  // namespace gradsync::transport

@@ -258,13 +258,7 @@ class two_level {
     if constexpr (transport_traits_of<Inter>().thread_levels) Inter::require_thread_level();
   }
   /// Whether algo::hierarchical may call Inter from its pipeline's helper thread.
-  static bool allows_helper_thread() {
-    if constexpr (transport_traits_of<Inter>().thread_levels) {
-      return Inter::allows_helper_thread();
-    } else {
-      return false;  // no thread levels declared: the caller's thread only
-    }
-  }
+  static bool allows_helper_thread() { return transport::helper_thread_ok<Inter>(); }
 
  private:
   // Every rank's v over group t (rank order): one small allgather

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The frame of a pipelined two_level collective (algo::hierarchical's allreduce, the
-// two-level reduce_scatter and allgather): a helper thread (inter_worker.hpp) runs the
+// two-level reduce_scatter and allgather): a helper thread (core/piece_worker.hpp) runs the
 // cross-node part of each piece while the calling thread works inside the node. While it
 // lives the helper alone calls Inter (MPI_THREAD_SERIALIZED suffices), so the node's
 // waits stop serving the other nodes' stall queries and the idle helper answers them.
@@ -10,7 +10,7 @@
 #include <functional>
 #include <utility>
 
-#include "gradsync/algo/detail/inter_worker.hpp"
+#include "gradsync/core/piece_worker.hpp"
 #include "gradsync/transport/two_level.hpp"
 
 namespace gradsync::algo::detail {
@@ -43,7 +43,7 @@ class level_pipeline {
     paused& operator=(const paused&) = delete;
     ~paused() { t.pause_serving(false); }
   } paused_;
-  inter_worker worker_;  // joined before serving resumes
+  gradsync::detail::piece_worker worker_;  // joined before serving resumes
 };
 
 }  // namespace gradsync::algo::detail

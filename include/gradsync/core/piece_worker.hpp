@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The helper thread of algo::hierarchical's pipeline: it runs the cross-node allreduce
-// of each piece's shard, in the order the pieces were handed over, while the calling
-// thread reduce-scatters the next pieces inside the node and allgathers the finished
-// ones. Only this thread calls the Inter transport while it runs, so MPI needs
-// MPI_THREAD_SERIALIZED, not MULTIPLE.
+// A helper thread that runs a collective's pieces, in the order they are handed over,
+// while the calling thread prepares the next pieces and finishes the done ones:
+// algo::hierarchical's cross-node allreduce of each shard (algo/detail/level_pipeline.hpp)
+// and a codec's allreduce of each piece of codes (compress/pieces.hpp). Only this thread
+// calls the transport while it runs, so MPI needs MPI_THREAD_SERIALIZED, not MULTIPLE.
 #pragma once
 
 #include <chrono>
@@ -15,21 +15,21 @@
 #include <thread>
 #include <vector>
 
-namespace gradsync::algo::detail {
+namespace gradsync::detail {
 
-class inter_worker {
+class piece_worker {
  public:
-  /// `job(i)` runs piece i's cross-node allreduce; it is called for 0, 1, ... in order,
-  /// each once handed over with ready(i). `idle()` runs every 20 ms while the helper
-  /// waits for a piece (it serves the stall inspector's queries).
-  explicit inter_worker(std::function<void(std::size_t)> job, std::function<void()> idle = {})
+  /// `job(i)` runs piece i's collective; it is called for 0, 1, ... in order, each once
+  /// handed over with ready(i). `idle()` runs every 20 ms while the helper waits for a
+  /// piece (hierarchical's serves the stall inspector's queries).
+  explicit piece_worker(std::function<void(std::size_t)> job, std::function<void()> idle = {})
       : job_(std::move(job)), idle_(std::move(idle)) {
     th_ = std::thread([this] { loop(); });
   }
-  inter_worker(const inter_worker&) = delete;
-  inter_worker& operator=(const inter_worker&) = delete;
+  piece_worker(const piece_worker&) = delete;
+  piece_worker& operator=(const piece_worker&) = delete;
   /// Stops taking pieces and joins (a piece under way finishes or fails by its deadline).
-  ~inter_worker() {
+  ~piece_worker() {
     {
       std::lock_guard<std::mutex> g(m_);
       stop_ = true;
@@ -96,4 +96,4 @@ class inter_worker {
   std::thread th_;  // last: starts once everything above exists
 };
 
-}  // namespace gradsync::algo::detail
+}  // namespace gradsync::detail

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// A summable codec's bucket in pieces, so that its passes overlap the wire: piece i's
+// codes go through the channel's allreduce on a helper thread (core/piece_worker.hpp)
+// while this thread encodes the next pieces and decodes those already back. The cut
+// (algo::tuning::codec_pieces) depends on the bytes alone, so every rank makes the same
+// calls in the same order; where the channel's allreduce must stay on this thread
+// (helper_thread() false: e.g. MPI below MPI_THREAD_SERIALIZED) the same pieces run one
+// after the other.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+#include "gradsync/core/piece_worker.hpp"
+
+namespace gradsync::compress {
+
+/// For each piece i < pieces: encode(i), ch.allreduce(codes(i), op), decode(i). The
+/// allreduces run in piece order, each decode after its own piece's allreduce.
+template <class Ch, class Codes, class Op, class Encode, class Decode>
+void reduce_in_pieces(Ch& ch, std::size_t pieces, Codes&& codes, Op op, Encode&& encode,
+                      Decode&& decode) {
+  if (pieces < 2 || !ch.helper_thread()) {
+    for (std::size_t i = 0; i < pieces; ++i) {
+      encode(i);
+      ch.allreduce(codes(i), op);
+      decode(i);
+    }
+    return;
+  }
+  gradsync::detail::piece_worker wire([&](std::size_t i) { ch.allreduce(codes(i), op); });
+  for (std::size_t i = 0; i < pieces; ++i) {
+    encode(i);
+    wire.ready(i);
+  }
+  for (std::size_t i = 0; i < pieces; ++i) {
+    wire.wait(i);
+    decode(i);
+  }
+}
+
+}  // namespace gradsync::compress
