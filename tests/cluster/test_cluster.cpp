@@ -292,6 +292,41 @@ GS_MPI_TEST("cluster: the allreducer's buckets over two_level, exact across host
   GS_CHECK(gs::testbed::same_on_all_ranks(hashes));
 }
 
+GS_MPI_TEST("cluster: exact sums in pieces across hosts, on the codec's helper thread", 120) {
+  // One bucket of 2.2 M floats: 17.6 MB of 64-bit codes, two pieces; across hosts the
+  // second is summed on the codec's helper thread while the first decodes. Exact inputs,
+  // so every element is the exact sum; flat mpi and two_level alike.
+  auto run = [&]<class Tr, class A>(Tr& t, const char* what) {
+    gs::allreducer<Tr, A, gs::fusion::bucket<25 << 20>, gs::compress::exact<>> ar(t);
+    std::vector<float> g((std::size_t{22} << 20) / 10 + 7), h(1001);
+    ar.add(std::span<float>(g), "g");
+    ar.add(std::span<float>(h), "h");
+    ar.commit(gs::op::sum);
+    for (int step = 0; step < 2; ++step) {
+      gs::testing::fill_inputs(std::span<float>(g), gs::reduce_op::sum, t.rank(), t.size());
+      gs::testing::fill_inputs(std::span<float>(h), gs::reduce_op::sum, t.rank(), t.size(), 5);
+      ar.ready(1);
+      ar.ready(0);
+      ar.wait();
+      const std::size_t wrong =
+          gs::testing::count_wrong(std::span<const float>(g), gs::reduce_op::sum, t.size()) +
+          gs::testing::count_wrong(std::span<const float>(h), gs::reduce_op::sum, t.size(), 5);
+      GS_CHECK_MSG(wrong == 0, std::string(what) + ": " + std::to_string(wrong) + " wrong");
+      GS_CHECK_MSG(gs::testbed::same_on_all_ranks({gs::testing::fnv1a64(g.data(), g.size() * 4)}),
+                   std::string(what) + ": ranks differ");
+    }
+  };
+  {
+    gs::transport::mpi t(MPI_COMM_WORLD);
+    GS_REQUIRE(gs::crosses_network(t));
+    run.operator()<gs::transport::mpi, gs::algo::ring>(t, "mpi ring");
+  }
+  if (even_hosts()) {
+    two_level t = gs::transport::two_level_from_mpi(MPI_COMM_WORLD);
+    run.operator()<two_level, gs::algo::hierarchical<>>(t, "two_level hierarchical");
+  }
+}
+
 GS_MPI_TEST("cluster: a timeout names the peer's world rank and host", 60) {
   // Ranks 0 and the last rank (on another host) exchange; the last one never sends.
   gs::transport::mpi t(MPI_COMM_WORLD);

@@ -166,7 +166,7 @@ struct scripted_channel {
     f();
   }
   std::span<const gs::compress::tensor_part> tensors() const { return {}; }
-  bool helper_thread() const { return false; }
+  bool overlaps_wire() const { return false; }
 };
 static_assert(gs::compress::channel<scripted_channel>);
 

@@ -33,7 +33,7 @@ struct solo_channel {
     f();
   }
   std::span<const gradsync::compress::tensor_part> tensors() const { return parts; }
-  bool helper_thread() const { return false; }
+  bool overlaps_wire() const { return false; }
 };
 static_assert(gradsync::compress::channel<solo_channel>);
 

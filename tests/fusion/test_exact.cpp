@@ -889,7 +889,7 @@ TEST_CASE("exact: error_feedback<exact<32>> carries what 32-bit codes drop") {
 namespace {
 
 // The one-rank channel, recording its allreduces: the bytes each summed, where they
-// start, and whether run()'s own thread made the call. helper_thread() says what the
+// start, and whether run()'s own thread made the call. overlaps_wire() says what the
 // test sets.
 struct piece_channel : fusion_test::solo_channel {
   bool helper = false;
@@ -900,7 +900,7 @@ struct piece_channel : fusion_test::solo_channel {
   };
   std::vector<call> calls;
   std::thread::id owner = std::this_thread::get_id();
-  bool helper_thread() const { return helper; }
+  bool overlaps_wire() const { return helper; }
   template <class W, class Op>
   void allreduce(std::span<W> s, Op) {
     calls.push_back({reinterpret_cast<const std::byte*>(s.data()), s.size_bytes(),

@@ -259,8 +259,8 @@ GS_MPI_TEST("fusion compression: exact sums over mpi and shm equal local threads
         t, "mpi ring bucket exact");
     exact_like_local<gs::transport::mpi, gs::algo::native, gs::fusion::zero_copy<1 << 20>>(
         t, "mpi native zero-copy exact");
-    // 16.6 MiB of codes in one bucket: two pieces, the second on the wire from the codec's
-    // helper thread while the first decodes (compress/pieces.hpp).
+    // 16.6 MiB of codes in one bucket: two pieces (compress/pieces.hpp), in turn on one
+    // host; tests/cluster sums them across hosts, on the codec's helper thread.
     exact_like_local<gs::transport::mpi, gs::algo::ring, gs::fusion::bucket<25 << 20>>(
         t, "mpi ring exact in pieces", big_model);
   }

@@ -157,7 +157,7 @@ struct fuzz_channel {
     f();
   }
   std::span<const compress::tensor_part> tensors() const { return parts; }
-  bool helper_thread() const { return false; }  // results come back in call order
+  bool overlaps_wire() const { return false; }  // results come back in call order
 };
 static_assert(compress::channel<fuzz_channel>);
 

@@ -130,7 +130,12 @@ class bucket_runner final : public bucket_runner_base {
     }
     std::size_t ranks() const { return self_.t_.size(); }
     std::size_t rank() const { return self_.t_.rank(); }
-    bool helper_thread() const { return transport::helper_thread_ok<Transport>(); }
+    /// Across a network, where a helper thread may call the group: on one host the
+    /// codec's passes and the transfers compete for the same cores (measured:
+    /// docs/reproducibility.md).
+    bool overlaps_wire() const {
+      return algo::tuning::crosses_network(self_.t_) && transport::helper_thread_ok<Transport>();
+    }
     /// The bucket's tensors (shapes only for registered ones).
     std::span<const compress::tensor_part> tensors() const { return parts_; }
     template <class W, class WOp>

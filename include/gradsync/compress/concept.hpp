@@ -72,9 +72,10 @@ concept channel = requires(Ch& ch, std::span<float> f, std::span<std::int8_t> q,
   { ch.scratch(n) } -> std::same_as<std::span<std::byte>>;  // valid until run() returns
   ch.timed("encode", [] {});  // runs the callable, on the timeline and in compress_seconds
   { ch.tensors() } -> std::convertible_to<std::span<const tensor_part>>;  // empty: unknown
-  // true: allreduce may be called from another thread than run()'s (one call at a time),
-  // so a codec can overlap its passes with the wire (compress/pieces.hpp)
-  { ch.helper_thread() } -> std::same_as<bool>;
+  // true: overlapping a codec's passes with the wire pays (the group crosses a network)
+  // and allreduce may be called from a helper thread, one call at a time
+  // (compress/pieces.hpp)
+  { ch.overlaps_wire() } -> std::same_as<bool>;
 };
 
 /// A codec without state keeps this.

@@ -3,9 +3,9 @@
 // codes go through the channel's allreduce on a helper thread (core/piece_worker.hpp)
 // while this thread encodes the next pieces and decodes those already back. The cut
 // (algo::tuning::codec_pieces) depends on the bytes alone, so every rank makes the same
-// calls in the same order; where the channel's allreduce must stay on this thread
-// (helper_thread() false: e.g. MPI below MPI_THREAD_SERIALIZED) the same pieces run one
-// after the other.
+// calls in the same order. Where the channel says overlaps_wire() is false (one host,
+// whose "wire" is the same cores' memory copies; MPI below MPI_THREAD_SERIALIZED) the
+// same pieces run one after the other on this thread.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +20,7 @@ namespace gradsync::compress {
 template <class Ch, class Codes, class Op, class Encode, class Decode>
 void reduce_in_pieces(Ch& ch, std::size_t pieces, Codes&& codes, Op op, Encode&& encode,
                       Decode&& decode) {
-  if (pieces < 2 || !ch.helper_thread()) {
+  if (pieces < 2 || !ch.overlaps_wire()) {
     for (std::size_t i = 0; i < pieces; ++i) {
       encode(i);
       ch.allreduce(codes(i), op);
