@@ -312,7 +312,8 @@ GS_MPI_TEST("cluster: exact sums in pieces across hosts, on the codec's helper t
           gs::testing::count_wrong(std::span<const float>(g), gs::reduce_op::sum, t.size()) +
           gs::testing::count_wrong(std::span<const float>(h), gs::reduce_op::sum, t.size(), 5);
       GS_CHECK_MSG(wrong == 0, std::string(what) + ": " + std::to_string(wrong) + " wrong");
-      GS_CHECK_MSG(gs::testbed::same_on_all_ranks({gs::testing::fnv1a64(g.data(), g.size() * 4)}),
+      GS_CHECK_MSG(gs::testbed::same_on_all_ranks(
+                       {gs::testing::fnv1a64(g.data(), g.size() * sizeof(float))}),
                    std::string(what) + ": ranks differ");
     }
   };

@@ -953,6 +953,7 @@ TEST_CASE("exact: a large bucket is summed in pieces of whole blocks, on a helpe
     CHECK(wrong == 0);
     out.push_back(std::move(x));
   }
+  CHECK(differing(out[0], out[1]) == 0);  // on the helper thread or not: the same bits
 }
 
 TEST_CASE("exact: error feedback over a bucket in pieces equals it over small buckets") {
