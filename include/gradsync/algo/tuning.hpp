@@ -87,8 +87,8 @@ inline constexpr std::size_t hierarchical_pieces(std::size_t bytes, bool pipelin
 
 /// Pieces a codec cuts a bucket's codes of `bytes` into so that its passes overlap the
 /// wire (compress/pieces.hpp; 1: one call). A function of the bytes alone, so every rank
-/// cuts alike. Each piece is one more call, and each call drains the link once (about
-/// 9 ms on the simulated 1 Gbit/s switch): pieces of at least 8 MiB (docs/reproducibility.md).
+/// cuts alike. Each piece is one more call, and each call drains the link once, so pieces
+/// are at least 8 MiB (docs/reproducibility.md has the measured choice).
 inline constexpr std::size_t codec_piece_bytes = std::size_t{8} << 20;
 inline constexpr std::size_t codec_max_pieces = 8;
 inline constexpr std::size_t codec_pieces(std::size_t bytes) {

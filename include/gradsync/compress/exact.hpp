@@ -73,14 +73,12 @@ void for_each_block(std::span<const tensor_part> parts, std::size_t count, F&& f
 /// about equal elements: piece i holds the elements [at[i], at[i + 1]) and the blocks
 /// [block[i], block[i + 1]).
 struct block_pieces {
-  std::size_t count = 1;
   std::array<std::size_t, algo::tuning::codec_max_pieces + 1> at{}, block{};
 
   template <std::size_t Block>
   static block_pieces cut(std::span<const tensor_part> parts, std::size_t elements,
                           std::size_t pieces, std::size_t blocks) {
     block_pieces r;
-    r.count = pieces;
     std::size_t next = 1, b = 0;
     if (pieces > 1) {
       for_each_block<Block>(parts, elements, [&](std::size_t begin, std::size_t) {

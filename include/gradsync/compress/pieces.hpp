@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstddef>
-#include <utility>
 
 #include "gradsync/core/piece_worker.hpp"
 
