@@ -13,6 +13,11 @@ def main() -> int:
     cmd = sys.argv[sep + 1:] + ["-fsyntax-only", "-x", "c++", snippet]
     r = subprocess.run(cmd, capture_output=True, text=True)
     out = r.stdout + r.stderr
+    if "-Winvalid-pch" in out:  # a precompiled header was given but GCC could not use it
+        print(f"FAIL: {snippet}: the precompiled header was not used (rebuild it with the"
+              " flags of this command):")
+        print(out[-2000:])
+        return 1
     if r.returncode == 0:
         print(f"FAIL: {snippet} compiled, but it must be rejected with: {expected}")
         return 1
