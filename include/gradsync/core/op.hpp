@@ -3,6 +3,7 @@
 // run-time id for the cross-rank consistency header.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <string_view>
 
