@@ -2,14 +2,14 @@
 # tests/lint/headers_check.sh ROOT CXX...: every public header compiles on its own (a
 # translation unit that includes only it, after the standard headers, -fsyntax-only,
 # -Wall -Wextra -Werror), so no header leans on what another gradsync header happened to
-# include first. MPI, CUDA and libtorch include
-# paths are given to every header (where found); .cuh files need nvcc and are covered by
-# tests/cuda/all_cuh.cu. Two at a time: this machine has 2 cores. A forwarding header
-# (a deprecated path, its one include marked "gradsync: forwarding header") is not
-# compiled: its target is, so it only has to name a header that exists. The headers with
-# an .ipp beside them (their non-template functions, config.hpp) are compiled a second
-# time declaring only (-DGRADSYNC_SEPARATE_COMPILATION); src.hpp and src_mpi.hpp, which
-# only compile so, are each compiled alone by the separate_compilation test.
+# include first. MPI, CUDA and libtorch include paths are given to every header (where
+# found); .cuh files need nvcc and are covered by tests/cuda/all_cuh.cu. Two at a time:
+# this machine has 2 cores. A forwarding header (a deprecated path, its one include marked
+# "gradsync: forwarding header") is not compiled: its target is, so it only has to name a
+# header that exists. The headers with an .ipp beside them (their non-template functions,
+# config.hpp) are compiled a second time declaring only (-DGRADSYNC_SEPARATE_COMPILATION);
+# src.hpp and src_mpi.hpp, which only compile so, are each compiled alone by the
+# separate_compilation test.
 set -uo pipefail
 root=${1:?root}
 shift
