@@ -136,13 +136,15 @@ def main():
             else:
                 direct[rel].add(name)
         code = strip(text)
-        # Macros (`#define F(x) std::...`) are expanded where they are used; they count too.
-        uses[rel] = {m.group(1): code.count("\n", 0, m.start()) + 1 for m in USE.finditer(code)
-                     if m.group(1) in NEEDS}
-    seen_cache = {}
+        # A name in a macro's body (`#define F(x) std::...`) counts where it is defined.
+        uses[rel] = {}
+        for m in USE.finditer(code):  # each name's first use, for the message
+            if m.group(1) in NEEDS:
+                uses[rel].setdefault(m.group(1), code.count("\n", 0, m.start()) + 1)
+    closure = {}
 
     def available(rel):
-        if rel not in seen_cache:
+        if rel not in closure:
             seen, todo, have = set(), [rel], set()
             while todo:
                 h = todo.pop()
@@ -151,8 +153,8 @@ def main():
                 seen.add(h)
                 have |= direct[h]
                 todo.extend(local[h])
-            seen_cache[rel] = have
-        return seen_cache[rel]
+            closure[rel] = have
+        return closure[rel]
 
     bad = 0
     for rel in sorted(uses):
