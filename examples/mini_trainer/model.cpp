@@ -5,7 +5,104 @@
 
 #include <cblas.h>
 
+#include <cstring>
+
 namespace mini_trainer {
+namespace {
+
+// exact_dot_rows and exact_dot_cols (model.hpp): exact::dot keeps four double sums, and
+// each add waits for the one before it in its lane; these run many dots at once, in
+// vectors, each keeping its four lanes (lane i % 4, summed in order of i, then (l0 + l1) +
+// (l2 + l3)), so the bits are exact::dot's. x86-64 builds get an AVX2 clone, picked at
+// load time.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MT_EXACT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MT_EXACT_CLONES
+#endif
+
+using d4 = double __attribute__((vector_size(32)));
+using f4 = float __attribute__((vector_size(16)));
+
+// The vectors go by reference: by value, their ABI would differ between the clones.
+inline void widen(d4& out, const float* p) {
+  f4 v;
+  std::memcpy(&v, p, sizeof v);
+  out = __builtin_convertvector(v, d4);
+}
+
+/// Lanes s of a row of n elements whose first n / 4 * 4 are summed, with the rest added
+/// as exact::dot adds them, rounded once.
+inline float finish_row(const d4& s, const float* x, const float* y, std::size_t n) {
+  double l[4] = {s[0], s[1], s[2], s[3]};
+  for (std::size_t i = n / 4 * 4, k = 0; i < n; ++i, ++k) {
+    l[k] += static_cast<double>(x[i]) * static_cast<double>(y[i]);
+  }
+  return static_cast<float>((l[0] + l[1]) + (l[2] + l[3]));
+}
+
+/// One tile of exact_dot_rows: rows r[0..4) of w against S activation rows from a (row length
+/// `in`), into z (row length `out`).
+template <std::size_t S>
+[[gnu::always_inline]] inline void dot_tile(const float* r, const float* a, std::size_t in,
+                                            float* z, std::size_t out) {
+  d4 acc[S][4] = {};
+  for (std::size_t i = 0; i + 4 <= in; i += 4) {
+    d4 x[S], y;
+    for (std::size_t s = 0; s < S; ++s) widen(x[s], a + s * in + i);
+    for (std::size_t k = 0; k < 4; ++k) {
+      widen(y, r + k * in + i);
+      for (std::size_t s = 0; s < S; ++s) acc[s][k] += y * x[s];
+    }
+  }
+  for (std::size_t s = 0; s < S; ++s) {
+    for (std::size_t k = 0; k < 4; ++k) {
+      z[s * out + k] = finish_row(acc[s][k], r + k * in, a + s * in, in);
+    }
+  }
+}
+
+}  // namespace
+
+// In tiles of four rows by two samples, the four rows staying in cache while every
+// sample passes.
+MT_EXACT_CLONES void exact_dot_rows(const float* w, const float* a, std::size_t m, std::size_t in,
+                                    std::size_t out, float* z) {
+  constexpr std::size_t S = 2;
+  std::size_t j = 0;
+  for (; j + 4 <= out; j += 4) {
+    std::size_t s = 0;
+    for (; s + S <= m; s += S) dot_tile<S>(w + j * in, a + s * in, in, z + s * out + j, out);
+    for (; s < m; ++s) dot_tile<1>(w + j * in, a + s * in, in, z + s * out + j, out);
+  }
+  for (; j < out; ++j) {
+    for (std::size_t s = 0; s < m; ++s)
+      z[s * out + j] = exact::dot(w + j * in, 1, a + s * in, 1, in);
+  }
+}
+
+// Four columns at once: vector lane t is column i + t, the four vectors exact::dot's lanes.
+MT_EXACT_CLONES void exact_dot_cols(const float* d, const float* w, std::size_t in, std::size_t out,
+                                    float* dp) {
+  std::size_t i = 0;
+  for (; i + 4 <= in; i += 4) {
+    d4 l[4] = {}, y;
+    std::size_t j = 0;
+    for (; j + 4 <= out; j += 4) {
+      for (std::size_t k = 0; k < 4; ++k) {
+        widen(y, w + (j + k) * in + i);
+        l[k] += y * static_cast<double>(d[j + k]);
+      }
+    }
+    for (std::size_t k = 0; j < out; ++j, ++k) {
+      widen(y, w + j * in + i);
+      l[k] += y * static_cast<double>(d[j]);
+    }
+    const f4 r = __builtin_convertvector((l[0] + l[1]) + (l[2] + l[3]), f4);
+    std::memcpy(dp + i, &r, sizeof r);
+  }
+  for (; i < in; ++i) dp[i] = exact::dot(d, 1, w + i, in, out);
+}
 
 mlp::batch_stats mlp::forward(const std::vector<float>& params, const std::uint8_t* y,
                               std::size_t m) {
@@ -16,11 +113,7 @@ mlp::batch_stats mlp::forward(const std::vector<float>& params, const std::uint8
     const float* b = params.data() + shape_.bias_offset(l);
     float* z = acts_[l + 1].data();
     if (exact_) {
-      for (std::size_t s = 0; s < m; ++s) {
-        for (std::size_t j = 0; j < out; ++j) {
-          z[s * out + j] = exact::dot(w + j * in, 1, acts_[l].data() + s * in, 1, in);
-        }
-      }
+      exact_dot_rows(w, acts_[l].data(), m, in, out, z);
     } else if (m) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(out), int(in), 1.0f,
                   acts_[l].data(), int(in), w, int(in), 0.0f, z, int(out));
@@ -78,11 +171,7 @@ void mlp::backward(const std::vector<float>& params, const std::uint8_t* y, std:
       // D_prev = (D W) masked by ReLU' (a > 0 exactly where the pre-activation was).
       float* dp = deltas_[l].data();
       if (exact_) {
-        for (std::size_t s = 0; s < m; ++s) {
-          for (std::size_t i = 0; i < in; ++i) {
-            dp[s * in + i] = exact::dot(dl + s * out, 1, w + i, in, out);
-          }
-        }
+        for (std::size_t s = 0; s < m; ++s) exact_dot_cols(dl + s * out, w, in, out, dp + s * in);
       } else if (m) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(in), int(out), 1.0f, dl,
                     int(out), w, int(in), 0.0f, dp, int(in));

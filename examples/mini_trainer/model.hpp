@@ -14,9 +14,10 @@
 // in ANY order and grouping (bias gradients likewise) -- one rank's
 // GEMM over 256 samples and four ranks' GEMMs over 64 samples each, summed by the ring,
 // produce the same bits, on the CPU and on the GPU. The per-sample forward/backward
-// products with the weights are not on a grid; they are computed one sample at a time by
-// exact_math.hpp's fixed-order dot product, so their rounding depends neither on how
-// many samples share a GEMM nor on the device (the CUDA trainer runs the same code).
+// products with the weights are not on a grid; each is exact_math.hpp's fixed-order dot
+// product (model.cpp computes several at once with the same lanes and order), so their
+// rounding depends neither on how many samples share a GEMM nor on the device (the CUDA
+// trainer runs the same code).
 #pragma once
 
 #include <algorithm>
@@ -75,6 +76,14 @@ class mlp {
   std::vector<std::vector<float>> acts_;    // acts_[0] = input, acts_[L] = probabilities
   std::vector<std::vector<float>> deltas_;  // dLoss/dZ per layer output
 };
+
+/// z[s * out + j] = exact::dot(w + j * in, 1, a + s * in, 1, in) for s < m, j < out (the
+/// m activation rows against the out rows of w), bit for bit, several at a time.
+void exact_dot_rows(const float* w, const float* a, std::size_t m, std::size_t in, std::size_t out,
+                    float* z);
+/// dp[i] = exact::dot(d, 1, w + i, in, out) for i < in (one delta row against the columns
+/// of w, out x in), bit for bit, several at a time.
+void exact_dot_cols(const float* d, const float* w, std::size_t in, std::size_t out, float* dp);
 
 /// SGD with momentum, PyTorch convention: v = mu v + g; w -= lr v.
 void sgd_momentum_step(std::vector<float>& w, std::vector<float>& v, const std::vector<float>& g,

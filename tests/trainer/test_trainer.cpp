@@ -446,6 +446,48 @@ TEST_CASE("exact_math: exp, dot and quantize are right, and dot's strides index 
   }
 }
 
+TEST_CASE("exact mode's tiled dots give exact::dot's bits for every shape remainder") {
+  // model.cpp's tiles (four rows by two samples, four columns) against one exact::dot per
+  // result: sizes with every remainder mod 4 (the tails) and mod 2 (a lone sample). The
+  // values are +-{1, 1.25, 1.5, 1.75} x 2^{-30, 0, 30}: large products cancel exactly and
+  // whether a small one survives depends on the order, so a lane or order change shows
+  // in the float (with uniform values the float's rounding would hide it).
+  namespace ex = mt::exact;
+  mt::rng r(9);
+  auto value = [&] {
+    const float mag = std::ldexp(1.0f + 0.25f * static_cast<float>(r.below(4)),
+                                 30 * (static_cast<int>(r.below(3)) - 1));
+    return r.below(2) ? mag : -mag;
+  };
+  std::size_t checked = 0;
+  for (std::size_t m : {1, 2, 3, 5}) {
+    for (std::size_t in : {1, 3, 4, 6, 13, 784}) {
+      for (std::size_t out : {1, 4, 7, 10}) {
+        std::vector<float> w(out * in), a(m * in), d(m * out), z(m * out), dp(m * in);
+        for (auto* v : {&w, &a, &d}) {
+          for (auto& x : *v) x = value();
+        }
+        CAPTURE(m);
+        CAPTURE(in);
+        CAPTURE(out);
+        mt::exact_dot_rows(w.data(), a.data(), m, in, out, z.data());
+        for (std::size_t s = 0; s < m; ++s) {
+          mt::exact_dot_cols(d.data() + s * out, w.data(), in, out, dp.data() + s * in);
+          for (std::size_t j = 0; j < out; ++j, ++checked) {
+            const float want = ex::dot(w.data() + j * in, 1, a.data() + s * in, 1, in);
+            REQUIRE(std::memcmp(&z[s * out + j], &want, sizeof want) == 0);
+          }
+          for (std::size_t i = 0; i < in; ++i, ++checked) {
+            const float want = ex::dot(d.data() + s * out, 1, w.data() + i, in, out);
+            REQUIRE(std::memcmp(&dp[s * in + i], &want, sizeof want) == 0);
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked == 37136);
+}
+
 TEST_CASE("exact grads: the CUDA trainer's order of operations gives the CPU model's bits") {
   // device_mlp's kernels, one thread body per element, replayed on the host in the
   // device's order: forward per (sample, unit), softmax per sample, the weight
