@@ -17,7 +17,8 @@ if not waits:
     sys.exit("no 'wait' event: not a step timeline")
 end = waits[-1]["ts"] + waits[-1]["dur"]
 start = waits[-2]["ts"] + waits[-2]["dur"] if len(waits) > 1 else min(e["ts"] for e in events)
-tracks = {1: "caller", 2: "progress"}
+tracks = {e["tid"]: e["args"]["name"] for e in data["traceEvents"]
+          if e.get("ph") == "M" and e.get("name") == "thread_name"}
 totals = collections.defaultdict(lambda: [0, 0.0])
 for e in events:
     if e["ts"] >= start and e["ts"] + e["dur"] <= end:
@@ -26,4 +27,4 @@ for e in events:
         t[1] += e["dur"]
 print("last step: %.1f ms" % ((end - start) / 1e3))
 for (track, name), (n, us) in sorted(totals.items()):
-    print("  %-8s %-15s %5d events %10.2f ms" % (track, name, n, us / 1e3))
+    print("  %-10s %-15s %5d events %10.2f ms" % (track, name, n, us / 1e3))

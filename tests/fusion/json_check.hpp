@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// A tiny JSON validator (RFC 8259 grammar, no semantics) and a helper that collects the
-// "name" values of a Chrome-trace file, for the timeline tests.
+// A tiny JSON validator (RFC 8259 grammar, no semantics) and helpers that read a
+// Chrome-trace file as gradsync writes it (one event per line), for the timeline tests.
 #pragma once
 
+#include <algorithm>
 #include <cctype>
 #include <cstddef>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace gradsync::testbed {
 
@@ -141,6 +144,58 @@ inline std::set<std::string> event_names(const std::string& text) {
     if (e != std::string::npos) names.insert(text.substr(b, e - b));
   }
   return names;
+}
+
+/// A complete event ("ph":"X"): its name, track (tid) and span in microseconds.
+struct span_event {
+  std::string name;
+  int tid = 0;
+  double ts = 0, dur = 0;
+};
+
+/// The complete events of a trace written by observe::timeline (one event per line).
+inline std::vector<span_event> complete_events(const std::string& text) {
+  std::vector<span_event> out;
+  std::istringstream in(text);
+  auto field = [](const std::string& line, const std::string& key) -> std::string {
+    const std::size_t p = line.find("\"" + key + "\":");
+    if (p == std::string::npos) return {};
+    const std::size_t b = p + key.size() + 3;
+    return line.substr(b, line.find_first_of(",}", b) - b);
+  };
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"ph\":\"X\"") == std::string::npos) continue;
+    span_event e;
+    const std::string name = field(line, "name");
+    e.name = name.size() >= 2 ? name.substr(1, name.size() - 2) : name;
+    e.tid = std::atoi(field(line, "tid").c_str());
+    e.ts = std::strtod(field(line, "ts").c_str(), nullptr);
+    e.dur = std::strtod(field(line, "dur").c_str(), nullptr);
+    out.push_back(e);
+  }
+  return out;
+}
+
+/// "" when on every track each two events are disjoint or one holds the other (what a
+/// trace viewer draws as nested slices); else the first two that partly overlap.
+inline std::string partial_overlap(std::vector<span_event> ev) {
+  std::sort(ev.begin(), ev.end(), [](const span_event& a, const span_event& b) {
+    return a.tid != b.tid ? a.tid < b.tid : a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
+  });
+  constexpr double slack = 0.002;  // us: ts and dur are printed to the nanosecond
+  std::vector<const span_event*> open;
+  for (const span_event& e : ev) {
+    while (!open.empty() &&
+           (open.back()->tid != e.tid || open.back()->ts + open.back()->dur <= e.ts + slack)) {
+      open.pop_back();
+    }
+    if (!open.empty() && e.ts + e.dur > open.back()->ts + open.back()->dur + slack) {
+      return "'" + e.name + "' at " + std::to_string(e.ts) + " us on track " +
+             std::to_string(e.tid) + " starts inside '" + open.back()->name + "' and ends after it";
+    }
+    open.push_back(&e);
+  }
+  return {};
 }
 
 }  // namespace gradsync::testbed

@@ -3,9 +3,12 @@
 // (and none for packing in zero-copy mode); statistics and the summary line.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -105,6 +108,74 @@ TEST_CASE("timeline: zero-copy buckets have no pack or unpack events") {
     CHECK(names.count("wait_gradients") == 1);
     CHECK(names.count("pack") == 0);
     CHECK(names.count("unpack") == 0);
+    std::remove(f.c_str());
+  }
+}
+
+namespace {
+// A transport::local whose ranks say they cross a network, so that a codec's pieces go
+// on the wire from a helper thread (compress/pieces.hpp) as they do across hosts.
+struct networked_local : local {
+  using local::local;
+  static constexpr gs::transport_traits traits = [] {
+    gs::transport_traits t = local::traits;
+    t.may_cross_network = true;
+    return t;
+  }();
+  bool crosses_network() const { return true; }
+};
+static_assert(gs::transport_policy<networked_local>);
+}  // namespace
+
+TEST_CASE(
+    "timeline: a codec's pieces on the wire have a track of their own, so every track nests") {
+  gs::testbed::watchdog wd(120, "timeline codec pieces");
+  const std::string base = temp_base("pieces") + ".json";
+  const std::size_t count = std::size_t{4} << 20;  // 16 MiB of exact32 codes: two pieces
+  REQUIRE(gs::algo::tuning::codec_pieces(count * sizeof(std::int32_t)) == 2);
+  auto group = std::make_shared<gs::transport::detail::local_group>(2);
+  std::vector<std::size_t> wrong(2, 1);
+  std::vector<std::thread> ranks;
+  for (std::size_t r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      networked_local t(group, r);
+      gs::allreducer_options o;
+      o.timeline = base;
+      gs::allreducer<networked_local, gs::algo::ring, gs::fusion::bucket<(std::size_t{32} << 20)>,
+                     gs::compress::exact<32>>
+          ar(t, o);
+      std::vector<float> x(count, static_cast<float>(r + 1));
+      ar.add(std::span<float>(x), "x");
+      ar.commit(gs::op::sum);
+      ar.ready(0);
+      ar.wait();
+      wrong[r] = static_cast<std::size_t>(
+          std::count_if(x.begin(), x.end(), [](float v) { return v != 3.0f; }));
+    });
+  }
+  for (auto& th : ranks) th.join();
+  CHECK(wrong == std::vector<std::size_t>{0, 0});
+  for (std::size_t r = 0; r < 2; ++r) {
+    const std::string f = gs::observe::timeline::path_for(base, r);
+    CAPTURE(f);
+    const std::string text = gs::testbed::read_file(f);
+    REQUIRE(gs::testbed::json_checker(text).valid());
+    CHECK(gs::testbed::event_names(text).count("codec wire") == 1);
+    const auto events = gs::testbed::complete_events(text);
+    std::size_t on_wire = 0, passes = 0;
+    for (const auto& e : events) {
+      if (e.tid == static_cast<int>(gs::observe::track::codec_wire)) {
+        ++on_wire;
+        CHECK((e.name == "send" || e.name == "recv" || e.name == "reduce"));
+      }
+      if (e.name == "compress" || e.name == "decompress") {
+        ++passes;
+        CHECK(e.tid == static_cast<int>(gs::observe::track::progress));
+      }
+    }
+    CHECK(on_wire > 0);
+    CHECK(passes >= 3);  // the exponent scan, two pieces' codes, two pieces decoded
+    CHECK(gs::testbed::partial_overlap(events) == "");
     std::remove(f.c_str());
   }
 }

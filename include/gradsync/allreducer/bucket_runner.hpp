@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -122,7 +123,7 @@ class bucket_runner final : public bucket_runner_base {
    public:
     channel(bucket_runner& self, std::span<const compress::tensor_part> parts, observe::track tr,
             observe::call_stats& acc)
-        : self_(self), parts_(parts), tr_(tr), acc_(acc) {}
+        : self_(self), parts_(parts), tr_(tr), acc_(acc), owner_(std::this_thread::get_id()) {}
     channel(const channel&) = delete;
     channel& operator=(const channel&) = delete;
     ~channel() {
@@ -138,9 +139,13 @@ class bucket_runner final : public bucket_runner_base {
     }
     /// The bucket's tensors (shapes only for registered ones).
     std::span<const compress::tensor_part> tensors() const { return parts_; }
+    /// From the codec's helper thread (compress/pieces.hpp) the messages go on a track of
+    /// their own: on the bucket's, they would overlap the codec's passes.
     template <class W, class WOp>
     void allreduce(std::span<W> s, WOp) {
-      self_.template run_wire<W, WOp>(s.data(), s.size(), tr_, acc_);
+      const bool helper = std::this_thread::get_id() != owner_;
+      self_.template run_wire<W, WOp>(s.data(), s.size(), helper ? observe::track::codec_wire : tr_,
+                                      acc_);
     }
     void allgather(std::span<const std::byte> mine, std::span<std::byte> all) {
       const auto t0 = steady::now();
@@ -172,6 +177,7 @@ class bucket_runner final : public bucket_runner_base {
     std::span<const compress::tensor_part> parts_;
     observe::track tr_;
     observe::call_stats& acc_;
+    std::thread::id owner_;  // the thread that runs the codec
     std::vector<std::shared_ptr<fusion::arena>> held_;
   };
 

@@ -22,8 +22,10 @@
 
 namespace gradsync::observe {
 
-/// Which track of a rank an event is drawn on.
-enum class track : int { caller = 1, progress = 2 };
+/// Which track of a rank an event is drawn on. codec_wire: a codec's pieces on the wire
+/// from its helper thread (compress/pieces.hpp), beside the passes on the bucket's track:
+/// events of one track must nest, and those two overlap in time.
+enum class track : int { caller = 1, progress = 2, codec_wire = 3 };
 
 class timeline {
  public:
@@ -99,6 +101,14 @@ class timeline {
                  "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":2,\"args\":{\"name\":"
                  "\"progress\"}}",
                  pid);
+    for (const auto& e : events_) {  // named only where used
+      if (e.tr != track::codec_wire) continue;
+      std::fprintf(f,
+                   ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":3,\"args\":{"
+                   "\"name\":\"codec wire\"}}",
+                   pid);
+      break;
+    }
     for (const auto& e : events_) {
       std::fprintf(f,
                    ",\n{\"name\":\"%s\",\"cat\":\"gradsync\",\"ph\":\"%c\",\"pid\":%zu,\"tid\":%d,"
