@@ -31,8 +31,8 @@ inline void widen(d4& out, const float* p) {
   out = __builtin_convertvector(v, d4);
 }
 
-/// Lanes s of a row of n elements whose first n / 4 * 4 are summed, with the rest added
-/// as exact::dot adds them, rounded once.
+/// exact::dot of x and y (n elements) from lanes s, which hold the first n / 4 * 4
+/// products: the rest added to their lanes, then (l0 + l1) + (l2 + l3), rounded once.
 inline float finish_row(const d4& s, const float* x, const float* y, std::size_t n) {
   double l[4] = {s[0], s[1], s[2], s[3]};
   for (std::size_t i = n / 4 * 4, k = 0; i < n; ++i, ++k) {
@@ -41,8 +41,8 @@ inline float finish_row(const d4& s, const float* x, const float* y, std::size_t
   return static_cast<float>((l[0] + l[1]) + (l[2] + l[3]));
 }
 
-/// One tile of exact_dot_rows: rows r[0..4) of w against S activation rows from a (row length
-/// `in`), into z (row length `out`).
+/// One tile of exact_dot_rows: rows r[0..4) of w against S activation rows from a (rows
+/// of `in` elements), into z (rows of `out`).
 template <std::size_t S>
 [[gnu::always_inline]] inline void dot_tile(const float* r, const float* a, std::size_t in,
                                             float* z, std::size_t out) {
