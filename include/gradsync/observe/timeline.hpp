@@ -7,6 +7,7 @@
 // the files of the ranks of one host line up when loaded together.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -101,13 +102,12 @@ class timeline {
                  "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":2,\"args\":{\"name\":"
                  "\"progress\"}}",
                  pid);
-    for (const auto& e : events_) {  // named only where used
-      if (e.tr != track::codec_wire) continue;
+    if (std::any_of(events_.begin(), events_.end(),  // named only where used
+                    [](const event& e) { return e.tr == track::codec_wire; })) {
       std::fprintf(f,
                    ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":3,\"args\":{"
                    "\"name\":\"codec wire\"}}",
                    pid);
-      break;
     }
     for (const auto& e : events_) {
       std::fprintf(f,
