@@ -139,8 +139,8 @@ def main():
         # A name in a macro's body (`#define F(x) std::...`) counts where it is defined.
         uses[rel] = {}
         for m in USE.finditer(code):  # each name's first use, for the message
-            if m.group(1) in NEEDS:
-                uses[rel].setdefault(m.group(1), code.count("\n", 0, m.start()) + 1)
+            if m.group(1) in NEEDS and m.group(1) not in uses[rel]:
+                uses[rel][m.group(1)] = code.count("\n", 0, m.start()) + 1
     closure = {}
 
     def available(rel):
