@@ -73,7 +73,8 @@ inline std::string algorithm_choices() {
       s += line + "\n" + indent;
       line.clear();
     }
-    line += (line.empty() ? "" : " ") + std::string(n);
+    if (!line.empty()) line += ' ';
+    line += n;
   }
   return s + line;
 }
@@ -304,7 +305,10 @@ inline config parse_args(int argc, char** argv, config c = {},
   }
   if (detail::param_count(c.hidden) > detail::max_params) {
     std::string widths;
-    for (std::size_t w : c.hidden) widths += (widths.empty() ? "" : ",") + std::to_string(w);
+    for (std::size_t w : c.hidden) {
+      if (!widths.empty()) widths += ',';
+      widths += std::to_string(w);
+    }
     throw usage_error("--hidden " + widths + " builds a model of more than " +
                       std::to_string(detail::max_params) + " parameters");
   }

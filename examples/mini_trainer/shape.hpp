@@ -30,7 +30,10 @@ struct mlp_shape {
   std::size_t param_count() const { return weight_offset(layers()); }
   std::string str() const {
     std::string s;
-    for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "-" : "") + std::to_string(dims[i]);
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+      if (i) s += '-';
+      s += std::to_string(dims[i]);
+    }
     return s;
   }
   /// The matrix shape of W1, b1, W2, b2, ...: W_l is out x in (row-major), biases none.
