@@ -342,7 +342,9 @@ GRADSYNC_DECL void allreducer_core::launch_rest() {
 
 GRADSYNC_DECL void allreducer_core::launch_ready_buckets() {
   const observe::track tr = bg_.enabled() ? observe::track::progress : observe::track::caller;
-  gate_.launch_ready([&](std::size_t k) { post(step_, k, tr, true); });
+  for (std::size_t k = gate_.take_next(); k != step_gate::none; k = gate_.take_next()) {
+    post(step_, k, tr, true);
+  }
 }
 
 }  // namespace gradsync::detail

@@ -34,11 +34,12 @@ class step_gate {
   void mark_rest() {
     for (std::size_t i = 0; i < ready_.size(); ++i) mark(i);
   }
-  /// Calls launch(k) for each bucket that may start now, in plan order.
-  template <class Launch>
-  void launch_ready(Launch&& launch) {
-    while (next_ < missing_.size() && missing_[next_] == 0) launch(next_++);
+  /// Takes the next bucket in plan order if it may start now (every tensor marked) and
+  /// returns it, else `none`. The caller launches it: the gate only counts.
+  std::size_t take_next() {
+    return next_ < missing_.size() && missing_[next_] == 0 ? next_++ : none;
   }
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
   /// The first bucket not launched yet (the bucket count when all were).
   std::size_t next() const { return next_; }
 
