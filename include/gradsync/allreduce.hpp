@@ -3,16 +3,14 @@
 // and the out-of-place one on host memory, over a flat transport or a group with levels
 // (transport/levels.hpp: algo::hierarchical), and the stream-ordered one on device memory
 // (device_span, over transport::nccl / cuda_ipc / mpi_device). Each opens its call through a frame
-// (check/call_frame.hpp).
+// (check/call_frame.hpp); the host one's body is detail/host_allreduce.hpp.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string_view>
 #include <type_traits>
-#include <vector>
 
 #include "gradsync/algo/composition.hpp"
 #include "gradsync/algo/concept.hpp"
@@ -23,39 +21,15 @@
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
-#include "gradsync/core/function_ref.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/detail/host_allreduce.hpp"
 #include "gradsync/detail/native_collectives.hpp"
-#include "gradsync/kernels/finite.hpp"
 #include "gradsync/transport/concept.hpp"
 #include "gradsync/transport/levels.hpp"
 
 namespace gradsync {
 
 namespace detail {
-/// What an in-place host allreduce does around its algorithm `run`, through the call's
-/// frame (check/call_frame.hpp): the header agreement (unless the algorithm checks
-/// headers itself), the non-finite check, the flight recorder's phases and the result
-/// check. It depends on neither the algorithm nor the op, so it is compiled once per
-/// transport and element type.
-template <class Tr, class T>
-void checked_allreduce(call_frame<Tr>& f, std::span<T> data, bool self_checked,
-                       function_ref<void()> run) {
-  const call_context& ctx = f.context();
-  // ctx.check_finite: the algorithm checks in its own pass (it also sets the header flag).
-  const bool finite =
-      kernels::can_be_non_finite_v<T> && f.options().check_finite && !ctx.check_finite;
-  f.run([&] {
-    if (!self_checked) {
-      f.agree(f.header(finite || ctx.check_finite ? call_header::finite_checked : 0));
-    }
-    if (finite) f.check_finite(data.data(), data.size());
-    f.mark_checked();
-    run();
-    f.verify(data.data(), data.size_bytes());
-  });
-}
-
 /// The invalid_argument of an out-of-place call whose spans differ in length (or, of the
 /// same length, partly overlap). The checks stay in the caller, where the compiler sees
 /// that the copy after them only runs on valid spans.
@@ -82,16 +56,7 @@ void allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt = {}) {
   static_assert(!std::is_const_v<T>,
                 "gradsync: the in-place allreduce writes its buffer; pass a std::span of "
                 "non-const elements (or use the overload with a separate output span)");
-  detail::call_frame<Tr> f(t, opt,
-                           {"allreduce", A::name, dtype_of<T>::value, Op::id, data.size(), {}});
-  call_context& ctx = f.context();
-  // Algorithms that compare call headers in their own first exchange (algo::direct_*)
-  // skip this round trip; those that look for NaN and Inf in their own first read of the
-  // input skip the separate pass over it (their traits say so: algo/concept.hpp).
-  constexpr algorithm_traits caps = traits_of<A, Tr>();
-  ctx.check_finite = caps.checks_finite && opt.check_finite &&
-                     kernels::can_be_non_finite_v<std::remove_const_t<T>>;
-  detail::checked_allreduce(f, data, caps.checks_headers, [&] { A::run(t, data, op, ctx); });
+  if constexpr (!std::is_const_v<T>) detail::host_allreduce<A>(t, data, op, opt);
 }
 
 /// Out-of-place allreduce: `out` receives the reduction of every rank's `in`; `in` is

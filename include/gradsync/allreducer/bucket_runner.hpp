@@ -24,7 +24,6 @@
 #include "gradsync/algo/composition.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/allgather.hpp"
-#include "gradsync/allreduce.hpp"
 #include "gradsync/allreducer/bucket_step.hpp"
 #include "gradsync/allreducer/staging_pool.hpp"
 #include "gradsync/check/call_frame.hpp"
@@ -32,6 +31,7 @@
 #include "gradsync/compress/none.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/detail/host_allreduce.hpp"
 #include "gradsync/fusion/arena.hpp"
 #include "gradsync/fusion/plan.hpp"
 #include "gradsync/observe/stats.hpp"
@@ -216,14 +216,17 @@ class bucket_runner final : public bucket_runner_base {
     }
   }
 
+  /// The bucket's collective, one call below the public entry point (the composition was
+  /// checked here, at compile time, and the span is the allreducer's own).
   template <class T, class Op>
   void run_wire(T* data, std::size_t count, observe::track tr, observe::call_stats& acc) {
+    check_composition<Algorithm, Transport, T, Op>();
     std::span<T> s(data, count);
     acc.bytes_encoded += s.size_bytes();
     if constexpr (transport_policy<Transport>) {  // one level: maybe traced
       if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
         observe::traced_transport<Transport> tt(t_, &tl_, tr);
-        gradsync::allreduce<Algorithm>(tt, s, Op{}, opt_);
+        host_allreduce<Algorithm>(tt, s, Op{}, opt_);
         acc.bytes_wire += tt.bytes_sent();
         return;
       }
@@ -231,7 +234,7 @@ class bucket_runner final : public bucket_runner_base {
     if constexpr (transport::leveled<Transport>) {
       run_levels<T, Op>(s, tr, acc);
     } else {  // peer memory or the transport's own allreduce: no messages to count
-      gradsync::allreduce<Algorithm>(t_, s, Op{}, opt_);
+      host_allreduce<Algorithm>(t_, s, Op{}, opt_);
       acc.bytes_wire += ring_wire_bytes(s.size_bytes(), t_.size());
       acc.wire_measured = false;
     }
@@ -245,7 +248,6 @@ class bucket_runner final : public bucket_runner_base {
     using intra_t = typename Transport::intra_type;
     using inter_t = typename Transport::inter_type;
     using inter_algo = typename Algorithm::inter_algorithm;
-    check_composition<Algorithm, Transport, T, Op>();
     auto phase = [&](std::string_view name, steady::time_point b, steady::time_point e) {
       event(name, tr, b, e, [&] { return "\"elements\":" + std::to_string(s.size()); });
     };
