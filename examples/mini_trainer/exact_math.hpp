@@ -36,21 +36,28 @@ MT_HD inline float quantize(float x, float lo, float hi) {
   return q < lo ? lo : (q > hi ? hi : q);
 }
 
+/// The end of dot: lanes `l` hold the products of the first n / 4 * 4 elements; the rest
+/// go to lanes 0, 1, 2, then (l0 + l1) + (l2 + l3), rounded to float once. model.cpp's
+/// tiled dots end through it too.
+MT_HD inline float finish_dot(double (&l)[4], const float* x, std::size_t incx, const float* y,
+                              std::size_t incy, std::size_t n) {
+  for (std::size_t i = n / 4 * 4, k = 0; i < n; ++i, ++k) {
+    l[k] += static_cast<double>(x[i * incx]) * static_cast<double>(y[i * incy]);
+  }
+  return static_cast<float>((l[0] + l[1]) + (l[2] + l[3]));
+}
+
 /// sum_i x[i * incx] * y[i * incy] in four double lanes (lane i % 4), added as
 /// (l0 + l1) + (l2 + l3) and rounded to float once: the same bits on every device.
 MT_HD inline float dot(const float* x, std::size_t incx, const float* y, std::size_t incy,
                        std::size_t n) {
   double l[4] = {0.0, 0.0, 0.0, 0.0};
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
+  for (std::size_t i = 0; i + 4 <= n; i += 4) {
     for (std::size_t k = 0; k < 4; ++k) {
       l[k] += static_cast<double>(x[(i + k) * incx]) * static_cast<double>(y[(i + k) * incy]);
     }
   }
-  for (std::size_t k = 0; i < n; ++i, ++k) {
-    l[k] += static_cast<double>(x[i * incx]) * static_cast<double>(y[i * incy]);
-  }
-  return static_cast<float>((l[0] + l[1]) + (l[2] + l[3]));
+  return finish_dot(l, x, incx, y, incy, n);
 }
 
 /// e^x for x <= 0 (softmax arguments), to about 1e-15 relative, from explicit fma():

@@ -32,13 +32,10 @@ inline void widen(d4& out, const float* p) {
 }
 
 /// exact::dot of x and y (n elements) from lanes s, which hold the first n / 4 * 4
-/// products: the rest added to their lanes, then (l0 + l1) + (l2 + l3), rounded once.
+/// products.
 inline float finish_row(const d4& s, const float* x, const float* y, std::size_t n) {
   double l[4] = {s[0], s[1], s[2], s[3]};
-  for (std::size_t i = n / 4 * 4, k = 0; i < n; ++i, ++k) {
-    l[k] += static_cast<double>(x[i]) * static_cast<double>(y[i]);
-  }
-  return static_cast<float>((l[0] + l[1]) + (l[2] + l[3]));
+  return exact::finish_dot(l, x, 1, y, 1, n);
 }
 
 /// One tile of exact_dot_rows: rows r[0..4) of w against S activation rows from a (rows
