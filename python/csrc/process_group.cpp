@@ -119,6 +119,37 @@ void check_like(const at::Tensor& t, const at::Tensor& ref, const char* call, co
               t.numel());
 }
 
+std::size_t checked_root(std::int64_t root, int size, const char* call) {
+  TORCH_CHECK(root >= 0 && root < size, "gradsync: ", call, " root ", root,
+              " is not a rank of this group of ", size);
+  return static_cast<std::size_t>(root);
+}
+
+// The list a rooted call (gather's outputs, scatter's inputs) takes on the root (one list
+// of `size` tensors like `ref`) and on every other rank (none, as torch passes it).
+void check_root_list(const std::vector<std::vector<at::Tensor>>& lists, bool root, int size,
+                     const at::Tensor& ref, const char* call, const char* what) {
+  if (!root) {
+    TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "gradsync: ", call,
+                " takes ", what, " on the root rank only; this rank is not the root");
+    return;
+  }
+  TORCH_CHECK(lists.size() == 1 && lists[0].size() == static_cast<std::size_t>(size),
+              "gradsync: ", call, " takes one list of ", size, " ", what,
+              " on the root (one per rank)");
+  for (const auto& t : lists[0]) check_like(t, ref, call, what);
+}
+
+// What to use for the calls the backend does not implement.
+constexpr const char* on_gloo = "run it on a Gloo group (dist.new_group(backend=\"gloo\"))";
+constexpr const char* p2p_on_gloo =
+    "it has collectives only; point-to-point calls need a Gloo group "
+    "(dist.new_group(backend=\"gloo\"))";
+
+[[noreturn]] void not_implemented(const char* call, const char* instead) {
+  TORCH_CHECK(false, "gradsync: the gradsync backend does not implement ", call, ": ", instead);
+}
+
 // One piece of a list-form call: where it lives and how many bytes.
 struct piece {
   std::byte* data;
@@ -307,11 +338,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::broadcast(std::vector<at::T
                                                                const c10d::BroadcastOptions& opts) {
   check_one(tensors, "broadcast");
   check_tensor(tensors[0], "broadcast");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "gradsync: broadcast root ",
-              opts.rootRank, " is not a rank of this group of ", getSize());
+  const std::size_t root = checked_root(opts.rootRank, getSize(), "broadcast");
   TORCH_CHECK(opts.rootTensor == 0, "gradsync: broadcast takes one tensor (rootTensor 0)");
   const moved m = moved_of(tensors[0]);
-  const auto root = static_cast<std::size_t>(opts.rootRank);
   return enqueue(c10d::OpType::BROADCAST, "gradsync:broadcast", tensors, {},
                  [m, root, opt = options(opts.timeout)](engine& e) {
                    e.broadcast(m.data, m.count, m.type, root, opt);
@@ -475,6 +504,118 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::barrier(const c10d::Barrier
                    std::int32_t one = 1;
                    e.allreduce(&one, 1, gradsync::dtype::i32, gradsync::reduce_op::sum, opt);
                  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce(std::vector<at::Tensor>& tensors,
+                                                            const c10d::ReduceOptions& opts) {
+  check_one(tensors, "reduce");
+  const at::Tensor& t = tensors[0];
+  check_tensor(t, "reduce");
+  const std::size_t root = checked_root(opts.rootRank, getSize(), "reduce");
+  TORCH_CHECK(opts.rootTensor == 0, "gradsync: reduce takes one tensor (rootTensor 0)");
+  const gradsync::dtype type = checked_reduce_type(t, "reduce");
+  const gradsync::reduce_op op = reduce_of(opts.reduceOp, "reduce");
+  void* data = t.data_ptr();
+  const auto count = static_cast<std::size_t>(t.numel());
+  const auto bytes = static_cast<std::size_t>(t.nbytes());
+  const bool mine = root == static_cast<std::size_t>(getRank());
+  // An allreduce: the root's tensor in place, the others' on a copy, so that only the
+  // root's changes.
+  return enqueue(
+      c10d::OpType::REDUCE, "gradsync:reduce", tensors, {},
+      [this, data, count, bytes, type, op, mine, opt = options(opts.timeout)](engine& e) {
+        if (mine) {
+          e.allreduce(data, count, type, op, opt);
+          return;
+        }
+        scratch_.resize(bytes);
+        if (bytes) std::memcpy(scratch_.data(), data, bytes);
+        e.allreduce(scratch_.data(), count, type, op, opt);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  check_one(inputs, "gather");
+  const at::Tensor& in = inputs[0];
+  check_tensor(in, "gather");
+  const std::size_t root = checked_root(opts.rootRank, getSize(), "gather");
+  const bool mine = root == static_cast<std::size_t>(getRank());
+  check_root_list(outputs, mine, getSize(), in, "gather", "output tensors");
+  const moved m = moved_of(in);
+  std::vector<at::Tensor> result = mine ? outputs[0] : std::vector<at::Tensor>{};
+  auto [parts, adjacent] = pieces_of(result);
+  const auto bytes = static_cast<std::size_t>(in.nbytes());
+  // An allgather that only the root keeps.
+  return enqueue(c10d::OpType::GATHER, "gradsync:gather", result, inputs,
+                 [this, m, parts = std::move(parts), adjacent = adjacent, bytes, mine,
+                  n = static_cast<std::size_t>(getSize()), opt = options(opts.timeout)](engine& e) {
+                   if (mine && adjacent) {  // the outputs are one buffer already
+                     e.allgather(m.data, parts[0].data, m.count, m.type, opt);
+                     return;
+                   }
+                   scratch_.resize(bytes * n);
+                   e.allgather(m.data, scratch_.data(), m.count, m.type, opt);
+                   for (std::size_t q = 0; q < parts.size(); ++q) {
+                     if (bytes) std::memcpy(parts[q].data, scratch_.data() + q * bytes, bytes);
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  check_one(outputs, "scatter");
+  const at::Tensor& out = outputs[0];
+  check_tensor(out, "scatter");
+  const std::size_t root = checked_root(opts.rootRank, getSize(), "scatter");
+  const bool mine = root == static_cast<std::size_t>(getRank());
+  check_root_list(inputs, mine, getSize(), out, "scatter", "input tensors");
+  const moved m = moved_of(out);
+  std::vector<at::Tensor> sent = mine ? inputs[0] : std::vector<at::Tensor>{};
+  auto [parts, adjacent] = pieces_of(sent);
+  const auto bytes = static_cast<std::size_t>(out.nbytes());
+  // A broadcast of the root's whole list, of which each rank keeps its own piece.
+  return enqueue(
+      c10d::OpType::SCATTER, "gradsync:scatter", outputs, sent,
+      [this, m, parts = std::move(parts), bytes, root, n = static_cast<std::size_t>(getSize()),
+       me = static_cast<std::size_t>(getRank()), opt = options(opts.timeout)](engine& e) {
+        scratch_.resize(bytes * n);
+        for (std::size_t q = 0; q < parts.size(); ++q) {
+          if (bytes) std::memcpy(scratch_.data() + q * bytes, parts[q].data, bytes);
+        }
+        e.broadcast(scratch_.data(), m.count * n, m.type, root, opt);
+        if (bytes) std::memcpy(m.data, scratch_.data() + me * bytes, bytes);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(at::Tensor&, at::Tensor&,
+                                                                   std::vector<std::int64_t>&,
+                                                                   std::vector<std::int64_t>&,
+                                                                   const c10d::AllToAllOptions&) {
+  not_implemented("all_to_all_single", on_gloo);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall(std::vector<at::Tensor>&,
+                                                              std::vector<at::Tensor>&,
+                                                              const c10d::AllToAllOptions&) {
+  not_implemented("all_to_all", on_gloo);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>&,
+    const c10d::AllgatherOptions&) {
+  not_implemented("all_gather_coalesced",
+                  "make one all_gather call per tensor, or gather one flat tensor with "
+                  "all_gather_into_tensor");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::send(std::vector<at::Tensor>&, int, int) {
+  not_implemented("send", p2p_on_gloo);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::recv(std::vector<at::Tensor>&, int, int) {
+  not_implemented("recv", p2p_on_gloo);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::recvAnysource(std::vector<at::Tensor>&, int) {
+  not_implemented("recv", p2p_on_gloo);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::compressed_average(at::Tensor& bucket, codec c,

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -97,6 +98,33 @@ class ProcessGroupGradsync final : public backend_base {
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  /// reduce, gather and scatter run over allreduce, allgather and broadcast: every rank
+  /// moves what the root moves (docs/torch.md gives the cost).
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+
+  // Not implemented: refused with what to use instead (torch's own message names no way
+  // out).
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& output, at::Tensor& input, std::vector<std::int64_t>& output_splits,
+      std::vector<std::int64_t>& input_splits,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
   /// The DDP comm hooks' call: averages `bucket` (float32; other types uncompressed)
   /// through error_feedback<int8<>> or error_feedback<topk<10>>, with residuals kept per

@@ -160,6 +160,69 @@ def check_reduce_scatter(rank, n, gs):
             common.same(out3, want, f"reduce_scatter_tensor {op} {dtype}")
 
 
+def check_reduce(rank, n, gs, gloo, skipped):
+    """Only the root's tensor changes (the other ranks' are left as they were)."""
+    for dtype in DTYPES:
+        for op, rop in OPS.items():
+            for root in range(n):
+                count = 37 if root else 1000
+                what = f"reduce {op} {dtype} x{count} to {root}"
+                t = rank_input(rank, count, dtype, op)
+                dist.reduce(t, dst=root, op=rop, group=gs)
+                want = exact(n, count, dtype, op) if rank == root else rank_input(rank, count, dtype, op)
+                common.same(t, want, what)
+                if op != "avg":  # Gloo's non-root tensors end as its scratch: not compared
+                    g = rank_input(rank, count, dtype, op)
+                    if gloo_or_none(lambda: dist.reduce(g, dst=root, op=rop, group=gloo)) is None:
+                        skipped.add(f"gloo: reduce {op} {dtype}")
+                    elif rank == root:
+                        common.same(t, g, what + " against Gloo")
+
+
+def check_gather_scatter(rank, n, gs, gloo, skipped):
+    for dtype in DTYPES + [torch.bool, torch.uint8]:
+        for root in range(n):
+            for count in (1, 333):
+                mine = byte_input(rank, count, dtype)
+                want = [byte_input(r, count, dtype) for r in range(n)]
+                out = [torch.zeros_like(mine) for _ in range(n)] if rank == root else None
+                dist.gather(mine, out, dst=root, group=gs)
+                ref = [torch.zeros_like(mine) for _ in range(n)] if rank == root else None
+                if gloo_or_none(lambda: dist.gather(mine, ref, dst=root, group=gloo)) is None:
+                    skipped.add(f"gloo: gather {dtype}")
+                    ref = None
+                if rank == root:
+                    for r in range(n):
+                        common.same(out[r], want[r], f"gather {dtype} x{count} to {root} from rank {r}")
+                        if ref is not None:
+                            common.same(out[r], ref[r], f"gather {dtype} x{count} to {root} against Gloo")
+                    # Views of one buffer: gathered into it directly.
+                    flat = torch.zeros(n * count, dtype=dtype)
+                    dist.gather(mine, list(flat.view(n, -1)), dst=root, group=gs)
+                    common.same(flat, torch.cat(want), f"gather into views {dtype}")
+                else:
+                    dist.gather(mine, None, dst=root, group=gs)
+                # scatter: rank r receives piece r of the root's list.
+                pieces = [byte_input(root * n + r, count, dtype) for r in range(n)]
+                got = torch.zeros_like(mine)
+                dist.scatter(got, pieces if rank == root else None, src=root, group=gs)
+                common.same(got, pieces[rank], f"scatter {dtype} x{count} from {root}")
+                g = torch.zeros_like(mine)
+                if gloo_or_none(lambda: dist.scatter(g, pieces if rank == root else None, src=root,
+                                                     group=gloo)) is None:
+                    skipped.add(f"gloo: scatter {dtype}")
+                else:
+                    common.same(got, g, f"scatter {dtype} x{count} from {root} against Gloo")
+    objs = [None] * n if rank == n - 1 else None
+    dist.gather_object({"rank": rank}, objs, dst=n - 1, group=gs)
+    if rank == n - 1:
+        assert objs == [{"rank": r} for r in range(n)], objs
+    got = [None]
+    dist.scatter_object_list(got, [f"to {r}" * (r + 1) for r in range(n)] if rank == 0 else None,
+                             src=0, group=gs)
+    assert got == [f"to {rank}" * (rank + 1)], got
+
+
 def check_async(rank, n, gs):
     """Works and futures: the future's value is the tensor list, and a callback that
     issues and waits on another collective (as torch's PowerSGD hook does) completes."""
@@ -201,6 +264,8 @@ def check_group(rank, n, gs, gloo, label):
     check_broadcast(rank, n, gs, gloo, skipped)
     check_allgather(rank, n, gs, gloo, skipped)
     check_reduce_scatter(rank, n, gs)
+    check_reduce(rank, n, gs, gloo, skipped)
+    check_gather_scatter(rank, n, gs, gloo, skipped)
     check_async(rank, n, gs)
     if rank == 0:
         print(f"ok: {label}: {gs.describe()}; not compared with Gloo (Gloo lacks them): "

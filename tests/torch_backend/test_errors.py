@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the gradsync backend refuses and how it fails, with "gradsync" as the default group:
   - BAND, BOR, BXOR, PREMUL_SUM, sparse, non-contiguous and non-CPU tensors, dtypes it
-    cannot reduce, several tensors per call: refused on the caller's thread with a message
-    that says what to do instead, and the group carries on;
+    cannot reduce, several tensors per call, a root out of range: refused on the caller's
+    thread with a message that says what to do instead, and the group carries on;
+  - the calls it does not implement (all_to_all, all_to_all_single, send, recv): refused,
+    naming a Gloo group as the way out;
   - tensors whose shapes (or dtypes) differ across ranks: every rank raises GradsyncError
     (code 'mismatch') at once, naming the ranks, synchronous or through the future, and
     the group carries on;
@@ -54,6 +56,21 @@ def check_refusals(rank, n, pg):
     expect_refused(lambda: dist.all_gather([torch.ones(2)], torch.ones(2)) if n > 1 else None,
                    "output tensors")
     expect_refused(lambda: dist.all_gather_into_tensor(torch.ones(3), torch.ones(2)), "times")
+    expect_refused(lambda: dist.reduce(torch.ones(2), dst=n), "root", "not a rank")
+    if n > 1:  # torch checks its gather_list itself; the group's own call gets ours
+        opts = dist.GatherOptions()
+        opts.rootRank = 0
+        expect_refused(lambda: pg.gather([[torch.ones(2)]], [torch.ones(2)], opts),
+                       f"one list of {n} output tensors on the root" if rank == 0 else
+                       "this rank is not the root")
+    # What it does not implement: torch's own message names no way out; this one does.
+    expect_refused(lambda: dist.all_to_all_single(torch.ones(n), torch.ones(n)), "all_to_all_single",
+                   "Gloo group")
+    expect_refused(lambda: dist.all_to_all([torch.ones(1)] * n, [torch.ones(1)] * n), "all_to_all",
+                   "Gloo group")
+    expect_refused(lambda: dist.send(torch.ones(1), dst=(rank + 1) % n), "send",
+                   "point-to-point", "Gloo group")
+    expect_refused(lambda: dist.recv(torch.ones(1), src=(rank + 1) % n), "recv", "Gloo group")
     # Nothing above reached the other ranks: the group is in step.
     x = torch.full((3,), float(rank))
     dist.all_reduce(x)
