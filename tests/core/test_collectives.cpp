@@ -4,7 +4,8 @@
 // every root, counts 0, 1, odd and past the chain's threshold, ranks 1..8, bitwise
 // identity across ranks; mismatched calls (root, count, type, op) failing every rank
 // with a message naming the difference; a bad root refused on every rank; a rank that
-// never calls making the others time out naming it.
+// never calls making the others time out naming it; allgather in place, and an input
+// that overlaps the output elsewhere refused.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -156,6 +157,62 @@ TEST_CASE("collectives: a 4 MiB broadcast and reduce_scatter over 5 ranks") {
                                                 gs::reduce_op::sum, n, t.rank() * big);
   });
   for (std::size_t r = 0; r < n; ++r) CHECK(wrong[r] == 0);
+}
+
+/// Allgathers rank r's block (value 1000 x r + i) over `t`, its input at out[slot x count]
+/// of the output (slot == rank: in place): the elements that differ from the exact result.
+template <class Tr>
+std::size_t allgather_from_slot(Tr& t, std::size_t count, std::size_t slot) {
+  const std::size_t n = t.size();
+  std::vector<std::int32_t> out(n * count, -7);
+  for (std::size_t i = 0; i < count; ++i) {
+    out[slot * count + i] = static_cast<std::int32_t>(1000 * t.rank() + i);
+  }
+  gs::allgather(t, std::span<const std::int32_t>(out.data() + slot * count, count),
+                std::span<std::int32_t>(out), quick);
+  std::size_t wrong = 0;
+  for (std::size_t q = 0; q < n; ++q) {
+    for (std::size_t i = 0; i < count; ++i) {
+      wrong += out[q * count + i] != static_cast<std::int32_t>(1000 * q + i);
+    }
+  }
+  return wrong;
+}
+
+TEST_CASE("allgather: in place at this rank's block; any other overlap refused on every rank") {
+  gs::testbed::watchdog wd(60, "allgather overlap");
+  constexpr std::size_t n = 3;
+  for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{70001}}) {
+    CAPTURE(count);
+    std::vector<std::size_t> wrong(n, 99);
+    auto out = run_catching(
+        n, [&](local& t) { wrong[t.rank()] = allgather_from_slot(t, count, t.rank()); });
+    for (std::size_t r = 0; r < n; ++r) {
+      CHECK_FALSE(out[r].threw);
+      CHECK(wrong[r] == 0);
+    }
+    // The next rank's block: the algorithm would overwrite the input before sending it
+    // (silently wrong results before the check).
+    out = run_catching(n, [&](local& t) { allgather_from_slot(t, count, (t.rank() + 1) % n); });
+    for (std::size_t r = 0; r < n; ++r) {
+      CAPTURE(out[r].what);
+      CHECK(out[r].code == gs::errc::invalid_argument);
+      CHECK(contains(out[r].what,
+                     "allgather: the input overlaps the output other than at this "
+                     "rank's block (rank " +
+                         std::to_string(r)));
+    }
+  }
+  // Over two levels, in place.
+  std::vector<std::size_t> wrong(4, 99);
+  const auto errors = gs::testbed::run_two_level_shape(2, 2, [&](local a, local b) {
+    two_level t(std::move(a), std::move(b));
+    wrong[t.rank()] = allgather_from_slot(t, 1001, t.rank());
+  });
+  for (std::size_t r = 0; r < 4; ++r) {
+    CHECK(errors[r] == "");
+    CHECK(wrong[r] == 0);
+  }
 }
 
 TEST_CASE("collectives over two_level<local, local>: exact on every shape and root") {

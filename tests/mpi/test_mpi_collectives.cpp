@@ -113,6 +113,25 @@ GS_MPI_TEST("collectives: above the native threshold, gradsync's algorithms over
   GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong elements");
 }
 
+GS_MPI_TEST("collectives: allgather in place over mpi (MPI_IN_PLACE natively), exact", 60) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  const std::size_t n = t.size(), r = t.rank();
+  // Below and above the native threshold: MPI's own allgather, then gradsync's ring.
+  for (std::size_t m : {std::size_t{3}, gs::algo::tuning::native_collective_bytes / (4 * n) + 3}) {
+    std::vector<std::int32_t> all(n * m, -7);
+    for (std::size_t i = 0; i < m; ++i) all[r * m + i] = static_cast<std::int32_t>(1000 * r + i);
+    gs::allgather(t, std::span<const std::int32_t>(all.data() + r * m, m),
+                  std::span<std::int32_t>(all), quick);
+    std::size_t wrong = 0;
+    for (std::size_t q = 0; q < n; ++q) {
+      for (std::size_t i = 0; i < m; ++i) {
+        wrong += all[q * m + i] != static_cast<std::int32_t>(1000 * q + i);
+      }
+    }
+    GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong elements of " + std::to_string(n * m));
+  }
+}
+
 // Without the argument check the timeout happens inside MPI_Ibcast, which MPI cannot
 // cancel: the others keep it pending and refuse further native calls, and the late root
 // then joins it. (A late non-root would not do: the others may get the data without it.)

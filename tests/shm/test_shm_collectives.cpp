@@ -72,6 +72,11 @@ void reduce_scatters(gs::transport::shm& t, rank_env& env) {
     std::size_t wrong = gs::testing::count_wrong(std::span<const T>(out), Op::id, n, r * m);
     gs::allgather(t, std::span<const T>(out), std::span<T>(all));
     wrong += gs::testing::count_wrong(std::span<const T>(all), Op::id, n);
+    // In place: this rank's block is the input.
+    std::vector<T> again(n * m);
+    if (m) std::memcpy(again.data() + r * m, out.data(), m * sizeof(T));
+    gs::allgather(t, std::span<const T>(again.data() + r * m, m), std::span<T>(again));
+    if (m) wrong += std::memcmp(again.data(), all.data(), n * m * sizeof(T)) != 0;
     env.report("reduce_scatter+allgather/" + std::string(gs::dtype_name(gs::dtype_of<T>::value)) +
                    "/" + std::string(gs::op_name(Op::id)) + "/" + std::to_string(m),
                wrong, gs::testing::fnv1a64(all.data(), all.size() * sizeof(T)));

@@ -49,4 +49,19 @@ inline void check_blocks(const char* collective, const char* whole_name, std::si
                   std::to_string(block));
 }
 
+/// Throws errc::invalid_argument when an allgather's input overlaps its output anywhere
+/// but at this rank's own block (in place: in == out + rank x in_bytes): the algorithms
+/// would overwrite the input with a peer's block before sending it. Device spans too (the
+/// pointers are only compared).
+inline void check_gather_spans(const void* in, std::size_t in_bytes, const void* out,
+                               std::size_t out_bytes, std::size_t rank) {
+  const auto* i = static_cast<const std::byte*>(in);
+  const auto* o = static_cast<const std::byte*>(out);
+  if (in_bytes == 0 || i >= o + out_bytes || o >= i + in_bytes || i == o + rank * in_bytes) return;
+  throw error(errc::invalid_argument, {rank, error_site::npos, ~std::uint64_t{0}},
+              "allgather: the input overlaps the output other than at this rank's block (rank " +
+                  std::to_string(rank) + "'s, out[" + std::to_string(rank) +
+                  " x count]); pass that block for an in-place call, or disjoint spans");
+}
+
 }  // namespace gradsync::detail

@@ -230,7 +230,9 @@ GRADSYNC_DECL void mpi::allgather_native(const std::byte* in, std::byte* out, st
   const error_site where = native_site(ctx);
   const int len = one_call_count(bytes, "MPI_Iallgather", where);
   MPI_Request req = MPI_REQUEST_NULL;
-  detail::check_mpi(MPI_Iallgather(in, len, MPI_BYTE, out, len, MPI_BYTE, comm_, &req),
+  // In place (gradsync::allgather allows no other overlap): MPI forbids aliased buffers.
+  const void* send = in == out + rank() * bytes ? MPI_IN_PLACE : in;
+  detail::check_mpi(MPI_Iallgather(send, len, MPI_BYTE, out, len, MPI_BYTE, comm_, &req),
                     "MPI_Iallgather", where);
   native_wait(req, bytes, "MPI_Iallgather", std::to_string(bytes) + " bytes per rank", where,
               ctx.until);
