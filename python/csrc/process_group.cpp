@@ -56,6 +56,20 @@ moved moved_of(const at::Tensor& t) {
   return {t.data_ptr(), static_cast<std::size_t>(t.nbytes()), gradsync::dtype::i8};
 }
 
+// An allgather of `m` (`bytes` a rank) into `out`. An input that overlaps `out` other
+// than at this rank's block (in place) is copied first: gradsync refuses it (a peer's
+// block would overwrite it before it is sent); torch lets a caller pass it.
+void allgather_into(engine& e, const moved& m, std::size_t bytes, std::byte* out,
+                    const gradsync::call_options& opt) {
+  const auto* in = static_cast<const std::byte*>(m.data);
+  if (bytes && in < out + e.size() * bytes && out < in + bytes && in != out + e.rank() * bytes) {
+    const std::vector<std::byte> copy(in, in + bytes);
+    e.allgather(copy.data(), out, m.count, m.type, opt);
+    return;
+  }
+  e.allgather(m.data, out, m.count, m.type, opt);
+}
+
 void check_tensor(const at::Tensor& t, const char* call) {
   TORCH_CHECK(t.defined(), "gradsync: ", call, " got an undefined tensor");
   TORCH_CHECK(t.layout() == at::kStrided, "gradsync: ", call,
@@ -416,7 +430,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather(
                  [this, m, parts = std::move(parts), adjacent = adjacent, bytes,
                   opt = options(opts.timeout)](engine& e) {
                    if (adjacent) {  // the outputs are one buffer already
-                     e.allgather(m.data, parts[0].data, m.count, m.type, opt);
+                     allgather_into(e, m, bytes, parts[0].data, opt);
                      return;
                    }
                    scratch_.resize(bytes * parts.size());
@@ -438,10 +452,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_allgather_base(
       getSize(), " times its elements (", input.numel() * getSize(), "); it has ",
       output.scalar_type(), ", ", output.numel());
   const moved m = moved_of(input);
-  void* out = output.data_ptr();
+  auto* out = static_cast<std::byte*>(output.data_ptr());
+  const auto bytes = static_cast<std::size_t>(input.nbytes());
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "gradsync:_all_gather_base", {output}, {input},
-                 [m, out, opt = options(opts.timeout)](engine& e) {
-                   e.allgather(m.data, out, m.count, m.type, opt);
+                 [m, out, bytes, opt = options(opts.timeout)](engine& e) {
+                   allgather_into(e, m, bytes, out, opt);
                  });
 }
 
@@ -552,7 +567,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::gather(
                  [this, m, parts = std::move(parts), adjacent = adjacent, bytes, mine,
                   n = static_cast<std::size_t>(getSize()), opt = options(opts.timeout)](engine& e) {
                    if (mine && adjacent) {  // the outputs are one buffer already
-                     e.allgather(m.data, parts[0].data, m.count, m.type, opt);
+                     allgather_into(e, m, bytes, parts[0].data, opt);
                      return;
                    }
                    scratch_.resize(bytes * n);

@@ -138,6 +138,18 @@ def check_allgather(rank, n, gs, gloo, skipped):
             base = torch.zeros(n * mine.numel(), dtype=dtype)
             dist.all_gather_into_tensor(base, mine.reshape(-1), group=gs)
             common.same(base, flat, f"all_gather_into_tensor {dtype} x{count}")
+            # The input inside the output: in place (this rank's block, as FSDP calls it),
+            # and in another rank's block (copied first: gradsync alone refuses it).
+            for slot in (rank, (rank + 1) % n):
+                c = mine.numel()
+                buf = torch.zeros(n * c, dtype=dtype)
+                buf[slot * c:(slot + 1) * c] = mine.reshape(-1)
+                dist.all_gather_into_tensor(buf, buf[slot * c:(slot + 1) * c], group=gs)
+                common.same(buf, flat, f"all_gather_into_tensor from block {slot} {dtype} x{count}")
+                buf = torch.zeros(n * c, dtype=dtype)
+                buf[slot * c:(slot + 1) * c] = mine.reshape(-1)
+                dist.all_gather(list(buf.view(n, -1)), buf[slot * c:(slot + 1) * c], group=gs)
+                common.same(buf, flat, f"all_gather into views from block {slot} {dtype} x{count}")
 
 
 def check_reduce_scatter(rank, n, gs):
@@ -200,7 +212,15 @@ def check_gather_scatter(rank, n, gs, gloo, skipped):
                     flat = torch.zeros(n * count, dtype=dtype)
                     dist.gather(mine, list(flat.view(n, -1)), dst=root, group=gs)
                     common.same(flat, torch.cat(want), f"gather into views {dtype}")
-                else:
+                    # The input in another rank's block of the views.
+                    slot = (rank + 1) % n
+                    flat = torch.zeros(n * count, dtype=dtype)
+                    flat[slot * count:(slot + 1) * count] = mine
+                    dist.gather(flat[slot * count:(slot + 1) * count], list(flat.view(n, -1)),
+                                dst=root, group=gs)
+                    common.same(flat, torch.cat(want), f"gather into views from block {slot} {dtype}")
+                else:  # the root's two calls into views
+                    dist.gather(mine, None, dst=root, group=gs)
                     dist.gather(mine, None, dst=root, group=gs)
                 # scatter: rank r receives piece r of the root's list.
                 pieces = [byte_input(root * n + r, count, dtype) for r in range(n)]
