@@ -70,6 +70,21 @@ void allgather_into(engine& e, const moved& m, std::size_t bytes, std::byte* out
   e.allgather(m.data, out, m.count, m.type, opt);
 }
 
+// A reduce_scatter of `in` (size() blocks of `bytes`) into `out`. An output inside the
+// input (torch passes one, NCCL reduces in place) gets the result through a copy:
+// gradsync refuses overlapping spans.
+void reduce_scatter_into(engine& e, const std::byte* in, std::byte* out, std::size_t bytes,
+                         std::size_t count, gradsync::dtype type, gradsync::reduce_op op,
+                         const gradsync::call_options& opt) {
+  if (bytes && out < in + e.size() * bytes && in < out + bytes) {
+    std::vector<std::byte> result(bytes);
+    e.reduce_scatter(in, result.data(), count, type, op, opt);
+    std::memcpy(out, result.data(), bytes);
+    return;
+  }
+  e.reduce_scatter(in, out, count, type, op, opt);
+}
+
 void check_tensor(const at::Tensor& t, const char* call) {
   TORCH_CHECK(t.defined(), "gradsync: ", call, " got an undefined tensor");
   TORCH_CHECK(t.layout() == at::kStrided, "gradsync: ", call,
@@ -473,7 +488,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(
   const gradsync::dtype type = checked_reduce_type(out, "reduce_scatter");
   const gradsync::reduce_op op = reduce_of(opts.reduceOp, "reduce_scatter");
   auto [parts, adjacent] = pieces_of(inputs[0]);
-  void* dst = out.data_ptr();
+  auto* dst = static_cast<std::byte*>(out.data_ptr());
   const auto count = static_cast<std::size_t>(out.numel());
   const std::size_t bytes = static_cast<std::size_t>(out.nbytes());
   return enqueue(c10d::OpType::REDUCE_SCATTER, "gradsync:reduce_scatter", outputs, inputs[0],
@@ -487,7 +502,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(
                      }
                      src = scratch_.data();
                    }
-                   e.reduce_scatter(src, dst, count, type, op, opt);
+                   reduce_scatter_into(e, src, dst, bytes, count, type, op, opt);
                  });
 }
 
@@ -503,12 +518,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
       input.scalar_type(), ", ", input.numel());
   const gradsync::dtype type = checked_reduce_type(output, "_reduce_scatter_base");
   const gradsync::reduce_op op = reduce_of(opts.reduceOp, "_reduce_scatter_base");
-  const void* src = input.data_ptr();
-  void* dst = output.data_ptr();
+  const auto* src = static_cast<const std::byte*>(input.data_ptr());
+  auto* dst = static_cast<std::byte*>(output.data_ptr());
   const auto count = static_cast<std::size_t>(output.numel());
+  const auto bytes = static_cast<std::size_t>(output.nbytes());
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "gradsync:_reduce_scatter_base", {output},
-                 {input}, [src, dst, count, type, op, opt = options(opts.timeout)](engine& e) {
-                   e.reduce_scatter(src, dst, count, type, op, opt);
+                 {input},
+                 [src, dst, bytes, count, type, op, opt = options(opts.timeout)](engine& e) {
+                   reduce_scatter_into(e, src, dst, bytes, count, type, op, opt);
                  });
 }
 

@@ -170,6 +170,14 @@ def check_reduce_scatter(rank, n, gs):
             out3 = torch.zeros(count, dtype=dtype)
             dist.reduce_scatter_tensor(out3, full, op=rop, group=gs)
             common.same(out3, want, f"reduce_scatter_tensor {op} {dtype}")
+            # The output inside the input: this rank's block (in place, as NCCL allows).
+            buf = full.clone()
+            dist.reduce_scatter_tensor(buf[rank * count:(rank + 1) * count], buf, op=rop, group=gs)
+            common.same(buf[rank * count:(rank + 1) * count], want,
+                        f"reduce_scatter_tensor in place {op} {dtype}")
+            chunks = [p.clone() for p in full.chunk(n)]
+            dist.reduce_scatter(chunks[rank], chunks, op=rop, group=gs)
+            common.same(chunks[rank], want, f"reduce_scatter into its own input {op} {dtype}")
 
 
 def check_reduce(rank, n, gs, gloo, skipped):
