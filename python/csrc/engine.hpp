@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <gradsync/core/call.hpp>
 #include <gradsync/core/dtype.hpp>
@@ -19,8 +20,9 @@
 
 namespace gradsync_torch {
 
-/// What the DDP comm hooks run a bucket through (always inside error_feedback).
-enum class codec : std::uint8_t { int8, topk };
+/// What the DDP comm hooks run a bucket through: int8 and topk inside error_feedback;
+/// exact (compress::exact<>: reproducible sums) alone.
+enum class codec : std::uint8_t { int8, topk, exact };
 
 /// One process group's communicator. Called from one thread at a time (the process
 /// group's worker); every call blocks until done or throws gradsync::error.
@@ -49,12 +51,17 @@ class engine {
   /// (size() * count elements); op avg on integers as allreduce.
   virtual void reduce_scatter(const void* in, void* out, std::size_t count, gradsync::dtype type,
                               gradsync::reduce_op op, const gradsync::call_options& opt) = 0;
-  /// The average of `count` elements (f32 or f64) through compress::error_feedback<C>.
-  /// Its residual is kept per `bucket` (a DDP bucket index) while the bucket keeps its
-  /// element count and type; a changed bucket starts afresh. Collective: the first call
-  /// for a bucket commits a plan, which every rank must do in the same order.
+  /// The average of `count` elements through codec `c`: int8 and topk inside
+  /// compress::error_feedback (float32; other types are averaged uncompressed), exact
+  /// through compress::exact<> (float32 only: its blocks start at each of `tensors`, the
+  /// element counts of the bucket's tensors in order, so the bits do not depend on where
+  /// the bucket's edges fall; empty: one tensor). State is kept per `bucket` (a DDP bucket
+  /// index) while the bucket keeps its tensors, codec and type; a changed bucket starts
+  /// afresh. Collective: the first call for a bucket commits a plan, which every rank
+  /// must do in the same order.
   virtual void compressed_average(std::size_t bucket, void* data, std::size_t count,
                                   gradsync::dtype type, codec c,
+                                  const std::vector<std::size_t>& tensors,
                                   const gradsync::call_options& opt) = 0;
   /// Makes the wait in flight and every later one fail (gradsync::errc::aborted). Any thread.
   virtual void abort() noexcept = 0;

@@ -127,18 +127,34 @@ class engine_impl final : public engine {
   }
 
   void compressed_average(std::size_t bucket, void* data, std::size_t count, gradsync::dtype type,
-                          codec c, const gradsync::call_options& opt) override {
+                          codec c, const std::vector<std::size_t>& tensors,
+                          const gradsync::call_options& opt) override {
     if (type != gradsync::dtype::f32) {  // the codecs are built for float32 buckets only
+      if (c == codec::exact) {           // averaged plainly, the bits would depend on the buckets
+        throw gradsync::error(gradsync::errc::invalid_argument, {t_.rank()},
+                              std::string("the exact hook averages float32 buckets; this one "
+                                          "holds ") +
+                                  std::string(gradsync::dtype_name(type)) +
+                                  " (keep such parameters float32, or use DDP's default hook)");
+      }
       allreduce(data, count, type, gradsync::reduce_op::avg, opt);
       return;
     }
+    std::vector<std::size_t> parts = tensors;
+    if (parts.empty()) parts.push_back(count);
     auto& slot = buckets_[bucket];
-    if (!slot || slot->count != count || slot->kind != c) {
+    if (!slot || slot->kind != c || slot->tensors != parts) {
       slot.reset();  // the old allreducer goes before the new one commits its plan
       if (c == codec::int8) {
-        slot = std::make_unique<compressed<ef<gradsync::compress::int8<>>>>(t_, opt, count, c);
+        slot = std::make_unique<compressed<ef<gradsync::compress::int8<>>>>(t_, opt, parts, c);
+      } else if (c == codec::topk) {
+        slot = std::make_unique<compressed<ef<gradsync::compress::topk<10>>>>(t_, opt, parts, c);
       } else {
-        slot = std::make_unique<compressed<ef<gradsync::compress::topk<10>>>>(t_, opt, count, c);
+        // One gradsync bucket for the whole DDP bucket (up to 64 MiB; a larger one splits
+        // at a tensor's edge, which changes no bits).
+        slot = std::make_unique<compressed<gradsync::compress::exact<>,
+                                           gradsync::fusion::bucket<std::size_t{64} << 20>>>(
+            t_, opt, parts, c);
       }
     }
     slot->run(static_cast<float*>(data));
@@ -152,22 +168,34 @@ class engine_impl final : public engine {
   template <class C>
   using ef = gradsync::compress::error_feedback<C>;
 
-  /// One DDP bucket's allreducer: its plan registers this bucket's own copy, so the
-  /// residual of error_feedback stays with the bucket across steps.
+  /// One DDP bucket's allreducer: its plan registers this bucket's own copy (one tensor
+  /// per entry of `tensors`), so the residual of error_feedback stays with the bucket
+  /// across steps.
   struct bucket_state {
-    bucket_state(std::size_t n, codec c) : count(n), kind(c) {}
+    bucket_state(std::vector<std::size_t> t, codec c) : tensors(std::move(t)), kind(c) {}
     virtual ~bucket_state() = default;
     virtual void run(float* data) = 0;
-    std::size_t count;
+    std::vector<std::size_t> tensors;  // element counts, in the bucket's order
     codec kind;
   };
 
-  template <class C>
+  template <class C, class Fusion = gradsync::fusion::none>
   struct compressed final : bucket_state {
-    compressed(Transport& t, const gradsync::call_options& opt, std::size_t n, codec c)
-        : bucket_state(n, c), buf(n), sync(t, options(opt)) {
-      sync.add(std::span<float>(buf), "ddp_bucket");
+    compressed(Transport& t, const gradsync::call_options& opt, std::vector<std::size_t> parts,
+               codec c)
+        : bucket_state(std::move(parts), c), buf(total(this->tensors)), sync(t, options(opt)) {
+      std::size_t at = 0;
+      for (std::size_t k = 0; k < this->tensors.size(); ++k) {
+        const std::size_t n = this->tensors[k];
+        sync.add(std::span<float>(buf.data() + at, n), "ddp_bucket." + std::to_string(k));
+        at += n;
+      }
       sync.commit(gradsync::op::avg, gradsync::element_types<float>{});
+    }
+    static std::size_t total(const std::vector<std::size_t>& v) {
+      std::size_t n = 0;
+      for (std::size_t x : v) n += x;
+      return n;
     }
     void run(float* data) override {
       std::memcpy(buf.data(), data, buf.size() * sizeof(float));
@@ -183,7 +211,7 @@ class engine_impl final : public engine {
       return o;
     }
     std::vector<float> buf;
-    gradsync::allreducer<Transport, Algorithm, gradsync::fusion::none, C> sync;
+    gradsync::allreducer<Transport, Algorithm, Fusion, C> sync;
   };
 
   Transport t_;

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <exception>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
@@ -56,18 +58,22 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "_compressed_average",
           [](ProcessGroupGradsync& pg, at::Tensor& bucket, const std::string& codec,
-             std::size_t index) {
+             std::size_t index, std::vector<std::size_t> tensors) {
             gradsync_torch::codec c = gradsync_torch::codec::int8;
             if (codec == "topk") {
               c = gradsync_torch::codec::topk;
+            } else if (codec == "exact") {
+              c = gradsync_torch::codec::exact;
             } else if (codec != "int8") {
-              throw py::value_error("codec must be 'int8' or 'topk', not '" + codec + "'");
+              throw py::value_error("codec must be 'int8', 'topk' or 'exact', not '" + codec + "'");
             }
-            return pg.compressed_average(bucket, c, index);
+            return pg.compressed_average(bucket, c, index, std::move(tensors));
           },
           py::arg("bucket"), py::arg("codec"), py::arg("index"),
-          py::call_guard<py::gil_scoped_release>(),
-          "Averages a DDP bucket through error_feedback<int8> or <topk>; returns a Work")
+          py::arg("tensors") = std::vector<std::size_t>{}, py::call_guard<py::gil_scoped_release>(),
+          "Averages a DDP bucket through error_feedback<int8> or <topk>, or exact (blocks "
+          "starting at each of `tensors`, the element counts of its parameters); returns a "
+          "Work")
       .def("shutdown", &ProcessGroupGradsync::shutdown,
            "Finishes queued calls and closes the transport; later calls raise");
 

@@ -650,16 +650,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::recvAnysource(std::vector<a
   not_implemented("recv", p2p_on_gloo);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::compressed_average(at::Tensor& bucket, codec c,
-                                                                        std::size_t index) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::compressed_average(
+    at::Tensor& bucket, codec c, std::size_t index, std::vector<std::size_t> tensors) {
   check_tensor(bucket, "the comm hook");
   const gradsync::dtype type = checked_reduce_type(bucket, "the comm hook");
   void* data = bucket.data_ptr();
   const auto count = static_cast<std::size_t>(bucket.numel());
-  return enqueue(c10d::OpType::ALLREDUCE, "gradsync:compressed_average", {bucket}, {},
-                 [data, count, type, c, index, opt = call_](engine& e) {
-                   e.compressed_average(index, data, count, type, c, opt);
-                 });
+  std::size_t listed = 0;
+  for (std::size_t n : tensors) listed += n;
+  TORCH_CHECK(tensors.empty() || listed == count,
+              "gradsync: the comm hook's tensor sizes add up to ", listed,
+              " elements and the bucket holds ", count);
+  return enqueue(
+      c10d::OpType::ALLREDUCE, "gradsync:compressed_average", {bucket}, {},
+      [data, count, type, c, index, tensors = std::move(tensors), opt = call_](engine& e) {
+        e.compressed_average(index, data, count, type, c, tensors, opt);
+      });
 }
 
 }  // namespace gradsync_torch

@@ -126,10 +126,13 @@ class ProcessGroupGradsync final : public backend_base {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
-  /// The DDP comm hooks' call: averages `bucket` (float32; other types uncompressed)
-  /// through error_feedback<int8<>> or error_feedback<topk<10>>, with residuals kept per
-  /// DDP bucket `index`. The future's value is [bucket].
-  c10::intrusive_ptr<c10d::Work> compressed_average(at::Tensor& bucket, codec c, std::size_t index);
+  /// The DDP comm hooks' call: averages `bucket` through error_feedback<int8<>> or
+  /// error_feedback<topk<10>> (float32; other types uncompressed), with residuals kept per
+  /// DDP bucket `index`, or through exact<> (float32 only) with blocks that start at each
+  /// of `tensors` (the element counts of the bucket's parameters; empty: one tensor). The
+  /// future's value is [bucket].
+  c10::intrusive_ptr<c10d::Work> compressed_average(at::Tensor& bucket, codec c, std::size_t index,
+                                                    std::vector<std::size_t> tensors = {});
 
   /// "shm", "mpi" or "two_level".
   std::string transport() const;

@@ -6,12 +6,14 @@ trained over Gloo in the same processes:
   - find_unused_parameters=True, a BatchNorm model (buffers broadcast from rank 0);
   - torch's own PowerSGD and fp16 comm hooks (PowerSGD waits on collectives inside its
     future callbacks);
-  - gradsync's int8 and topk hooks: the loss goes down and the replicas stay identical.
+  - gradsync's int8 and topk hooks: the loss goes down and the replicas stay identical;
+  - gradsync's exact hook: the same bits for one bucket or many, over shm or mpi.
 
     test_ddp.py --ranks 2            # mp.spawn
     mpirun -n 2 python test_ddp.py   # the ranks of an MPI job (gradsync over shm from MPI)
 """
 import copy
+import hashlib
 
 import torch
 import torch.distributed as dist
@@ -222,6 +224,78 @@ def check_gradsync_hooks(rank, n, gs, gloo):
         raise AssertionError("the int8 hook took a Gloo group")
 
 
+class Tiny(nn.Module):
+    """float_model with one more parameter whose gradient is about 1e-13 of the others':
+    a block of codes that mixed it with another parameter would round it (64-bit codes
+    hold a block's values exactly only within 2^27 of its largest)."""
+
+    def __init__(self, seed):
+        super().__init__()
+        self.body = float_model(seed)
+        self.tiny = nn.Parameter(torch.linspace(-1, 1, 37))  # last: first in DDP's buckets
+
+    def forward(self, x):
+        return self.body(x) + 1e-13 * (self.tiny * torch.arange(1.0, 38.0)).sum()
+
+
+def grads_hash(module):
+    h = hashlib.sha256()
+    for p in module.parameters():
+        h.update(p.grad.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def check_exact_hook(rank, n, gs, gloo):
+    """gradsync's exact hook: the same averaged gradients, bit for bit, whether DDP makes
+    one bucket or one per parameter (its blocks start at each parameter, not at the
+    bucket's start), and, under mpirun, over shm and over mpi (other algorithms); close
+    to DDP's default average. The default hook's hashes are printed beside it."""
+    hashes, plain = {}, {}
+    groups = [("shm", gs)]
+    if common.under_mpirun():
+        groups.append(("mpi", common.gradsync_group("mpi")))
+    for label, pg in groups:
+        for cap in (25, 0.0005):  # one bucket; one per parameter (the largest is 12 KiB)
+            runs = {}
+            for hook in (gradsync_torch.hooks.exact, None):
+                ddp = DDP(Tiny(7), process_group=pg, bucket_cap_mb=cap)
+                if hook:
+                    ddp.register_comm_hook(pg, hook)
+                opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+                steps = []
+                for step in range(3):
+                    opt.zero_grad()
+                    x, y = regression_batch(rank, step)
+                    nn.functional.mse_loss(ddp(x), y).backward()
+                    steps.append(grads_hash(ddp.module))
+                    opt.step()
+                runs[hook] = ddp.module
+                (hashes if hook else plain)[label, cap] = ",".join(steps)
+            common.replicas_identical(runs[gradsync_torch.hooks.exact], gloo, f"exact hook, {label}")
+            for (name, p), q in zip(runs[gradsync_torch.hooks.exact].named_parameters(),
+                                    runs[None].parameters()):
+                # Float sums of 4 ranks cancel: measured against the tensor's largest.
+                off, top = (p.grad - q.grad).abs().max().item(), q.grad.abs().max().item()
+                if not off <= 1e-6 * top:
+                    raise AssertionError(f"exact hook: {name}'s gradient is {off} from DDP's "
+                                         f"average (its largest element: {top})")
+    if len(set(hashes.values())) != 1:
+        raise AssertionError(f"exact hook: the gradients differ by bucket size or transport: {hashes}")
+    if rank == 0:
+        print(f"ok: gradsync exact hook: one gradient hash per step over {sorted(hashes)}; "
+              f"the default hook: {len(set(plain.values()))} distinct", flush=True)
+    # A float64 bucket is refused (averaged plainly its bits would depend on the buckets).
+    ddp = DDP(float_model(7).double(), process_group=gs)
+    ddp.register_comm_hook(gs, gradsync_torch.hooks.exact)
+    try:
+        x, y = regression_batch(rank, 0)
+        nn.functional.mse_loss(ddp(x.double()), y.double()).backward()
+    except Exception as e:  # the reducer reports the future's error
+        assert "exact hook averages float32 buckets" in str(e) and "float64" in str(e), e
+    else:
+        raise AssertionError("the exact hook took a float64 bucket")
+
+
 def ranks(rank, n):
     common.init_default("gloo", rank, n)
     gloo = dist.group.WORLD
@@ -231,6 +305,7 @@ def ranks(rank, n):
     check_batchnorm(rank, n, gs, gloo)
     check_torch_hooks(rank, n, gs, gloo)
     check_gradsync_hooks(rank, n, gs, gloo)
+    check_exact_hook(rank, n, gs, gloo)
     if rank == 0:
         print(f"ok: DDP over {gs.describe()} equals DDP over Gloo", flush=True)
     dist.destroy_process_group()
