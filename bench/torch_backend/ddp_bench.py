@@ -16,7 +16,7 @@ ddp_bench.py; forward MASTER_ADDR, MASTER_PORT and GLOO_SOCKET_IFNAME=eth0 with 
 
 Each repeat trains --warmup untimed steps, then --steps timed ones, per backend, from the
 same initial weights; the backends alternate and the table gives each one's median over
---repeats. --hook int8|topk runs gradsync's comm hook on the gradsync side (Gloo
+--repeats. --hook int8|topk|exact runs gradsync's comm hook on the gradsync side (Gloo
 uncompressed); --hook fp16|powersgd runs torch's hook on both.
 """
 import argparse
@@ -59,7 +59,7 @@ def attach_hook(ddp, hook, group, backend):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
-    if hook in ("int8", "topk") and backend == "gradsync":
+    if hook in ("int8", "topk", "exact") and backend == "gradsync":
         ddp.register_comm_hook(group, getattr(gradsync_torch.hooks, hook))
     elif hook == "fp16":
         ddp.register_comm_hook(group, default_hooks.fp16_compress_hook)
@@ -130,7 +130,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--bucket-mb", type=float, default=25, help="DDP's bucket_cap_mb")
-    ap.add_argument("--hook", choices=["none", "int8", "topk", "fp16", "powersgd"], default="none")
+    ap.add_argument("--hook", choices=["none", "int8", "topk", "exact", "fp16", "powersgd"],
+                    default="none")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     add_task_args(ap)
     ap.add_argument("--timeout", type=float, default=300, help="the groups' timeout, s")
