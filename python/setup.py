@@ -36,7 +36,7 @@ mpi_cflags, mpi_libs = open_mpi_flags()
 # torch's headers as system headers: -Wall -Wextra then speak of this package's code only.
 torch_system = [f for d in include_paths() for f in ("-isystem", d)]
 sources = ["module.cpp", "process_group.cpp", "launch.cpp", "engine_shm.cpp", "engine_mpi.cpp",
-           "engine_two_level.cpp", "gradsync_src.cpp"]
+           "engine_two_level.cpp", "gradsync_src.cpp", "exact.cpp"]
 # GRADSYNC_TORCH_OPT: the optimisation level (default 2). gradsync's test build sets its
 # -Dbench_optimization (1 there: the backend's tests and benchmark smoke, not timed).
 opt = os.environ.get("GRADSYNC_TORCH_OPT", "2")

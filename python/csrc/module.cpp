@@ -16,6 +16,7 @@
 #include <gradsync/core/error.hpp>
 
 #include "engine.hpp"
+#include "exact.hpp"
 #include "process_group.hpp"
 
 namespace py = pybind11;
@@ -39,6 +40,8 @@ PYBIND11_MODULE(_C, m) {
       PyErr_SetObject(error_type, err.ptr());
     }
   });
+
+  gradsync_torch::bind_exact(m);
 
   py::class_<ProcessGroupGradsync, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupGradsync>>(
       m, "ProcessGroupGradsync",

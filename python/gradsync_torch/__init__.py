@@ -49,6 +49,6 @@ if BACKEND.upper() not in dist.Backend._plugins:
 # Every group is closed before the interpreter ends, and MPI after them (if started here).
 atexit.register(_C._at_exit)
 
-from . import hooks  # noqa: E402
+from . import exact, hooks  # noqa: E402
 
-__all__ = ["BACKEND", "GradsyncError", "ProcessGroupGradsync", "hooks"]
+__all__ = ["BACKEND", "GradsyncError", "ProcessGroupGradsync", "exact", "hooks"]
