@@ -21,9 +21,12 @@ average of the same micro-batch gradients however they were spread over the rank
         acc.average()                                # .grad := the average, bit-exact
         opt.step()
 
-agree() and average() are collectives on `group` (any backend: gradsync, gloo). A step is
-added again (agree() returns True) when a block's values outgrew the exponent it was
-coded at: always the first step, rarely later; the redo recomputes the micro-batches.
+The model is a plain module, not DDP (DDP would average every backward() itself): start
+every rank from the same weights (the same seed, or dist.broadcast of each parameter from
+rank 0). agree() and average() are collectives on `group` (any backend: gradsync, gloo).
+A step is added again (agree() returns True) when a block's values outgrew the exponent
+it was coded at: always the first step, rarely later; the redo recomputes the
+micro-batches.
 Float32 parameters only; at most 4096 micro-batches a step over all ranks. The cost and
 the guarantees: docs/reproducibility.md.
 """
