@@ -606,7 +606,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::scatter(
   check_root_list(inputs, mine, getSize(), out, "scatter", "input tensors");
   const moved m = moved_of(out);
   std::vector<at::Tensor> sent = mine ? inputs[0] : std::vector<at::Tensor>{};
-  auto [parts, adjacent] = pieces_of(sent);
+  std::vector<piece> parts = pieces_of(sent).first;
   const auto bytes = static_cast<std::size_t>(out.nbytes());
   // A broadcast of the root's whole list, of which each rank keeps its own piece.
   return enqueue(
