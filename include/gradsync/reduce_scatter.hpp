@@ -10,6 +10,7 @@
 // in pieces whose crossing overlaps the next piece's reduction in the node.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "gradsync/algo/detail/level_pipeline.hpp"
 #include "gradsync/algo/detail/partition.hpp"
@@ -185,8 +187,20 @@ requires std::is_same_v<std::remove_const_t<TIn>, T> std::size_t reduce_scatter(
   const auto* ib = reinterpret_cast<const std::byte*>(in.data());
   const auto* ob = reinterpret_cast<const std::byte*>(out.data());
   if (!out.empty() && ib < ob + out.size_bytes() && ob < ib + in.size_bytes()) {
-    throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
-                "reduce_scatter: input and output overlap; pass disjoint spans");
+    if (out.data() != in.data() + t.rank() * out.size()) {
+      throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
+                  "reduce_scatter: the output overlaps the input other than at this rank's "
+                  "block (rank " +
+                      std::to_string(t.rank()) + "'s, in[" + std::to_string(t.rank()) +
+                      " x count]); pass that block for an in-place call, or disjoint spans");
+    }
+    // In place: this rank's block of `in` is one of the summands of `out`, which the
+    // algorithms write while they still read it, so the result takes a detour.
+    std::vector<T> result(out.size());
+    const std::size_t sent =
+        detail::reduce_scatter_flat(t, std::span<const T>(in), std::span<T>(result), op, opt);
+    std::copy(result.begin(), result.end(), out.begin());
+    return sent;
   }
   return detail::reduce_scatter_flat(t, std::span<const T>(in), out, op, opt);
 }

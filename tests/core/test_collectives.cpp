@@ -4,8 +4,8 @@
 // every root, counts 0, 1, odd and past the chain's threshold, ranks 1..8, bitwise
 // identity across ranks; mismatched calls (root, count, type, op) failing every rank
 // with a message naming the difference; a bad root refused on every rank; a rank that
-// never calls making the others time out naming it; allgather in place, and an input
-// that overlaps the output elsewhere refused.
+// never calls making the others time out naming it; allgather and reduce_scatter in
+// place, and buffers that overlap elsewhere refused.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -208,6 +208,53 @@ TEST_CASE("allgather: in place at this rank's block; any other overlap refused o
   const auto errors = gs::testbed::run_two_level_shape(2, 2, [&](local a, local b) {
     two_level t(std::move(a), std::move(b));
     wrong[t.rank()] = allgather_from_slot(t, 1001, t.rank());
+  });
+  for (std::size_t r = 0; r < 4; ++r) {
+    CHECK(errors[r] == "");
+    CHECK(wrong[r] == 0);
+  }
+}
+
+/// Reduce-scatters n blocks of `count` (testing::fill_inputs, op::sum) over `t` into the
+/// input's own block `slot` (slot == rank: in place): the elements of it that are wrong.
+template <class Tr>
+std::size_t reduce_scatter_into_slot(Tr& t, std::size_t count, std::size_t slot) {
+  const std::size_t n = t.size();
+  std::vector<std::int32_t> in(n * count);
+  gs::testing::fill_inputs(std::span<std::int32_t>(in), gs::reduce_op::sum, t.rank(), n);
+  const std::span<std::int32_t> out(in.data() + slot * count, count);
+  gs::reduce_scatter(t, std::span<const std::int32_t>(in), out, gs::op::sum, quick);
+  return gs::testing::count_wrong(std::span<const std::int32_t>(out), gs::reduce_op::sum, n,
+                                  t.rank() * count);
+}
+
+TEST_CASE("reduce_scatter: in place at this rank's block; any other overlap refused") {
+  gs::testbed::watchdog wd(60, "reduce_scatter overlap");
+  constexpr std::size_t n = 3;
+  for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{70001}}) {
+    CAPTURE(count);
+    std::vector<std::size_t> wrong(n, 99);
+    auto out = run_catching(
+        n, [&](local& t) { wrong[t.rank()] = reduce_scatter_into_slot(t, count, t.rank()); });
+    for (std::size_t r = 0; r < n; ++r) {
+      CHECK_FALSE(out[r].threw);
+      CHECK(wrong[r] == 0);
+    }
+    out =
+        run_catching(n, [&](local& t) { reduce_scatter_into_slot(t, count, (t.rank() + 1) % n); });
+    for (std::size_t r = 0; r < n; ++r) {
+      CAPTURE(out[r].what);
+      CHECK(out[r].code == gs::errc::invalid_argument);
+      CHECK(contains(out[r].what,
+                     "reduce_scatter: the output overlaps the input other than at "
+                     "this rank's block (rank " +
+                         std::to_string(r)));
+    }
+  }
+  std::vector<std::size_t> wrong(4, 99);
+  const auto errors = gs::testbed::run_two_level_shape(2, 2, [&](local a, local b) {
+    two_level t(std::move(a), std::move(b));
+    wrong[t.rank()] = reduce_scatter_into_slot(t, 1001, t.rank());
   });
   for (std::size_t r = 0; r < 4; ++r) {
     CHECK(errors[r] == "");

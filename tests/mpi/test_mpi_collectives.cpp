@@ -113,6 +113,20 @@ GS_MPI_TEST("collectives: above the native threshold, gradsync's algorithms over
   GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong elements");
 }
 
+GS_MPI_TEST("collectives: reduce_scatter in place over mpi, native and ring, exact", 60) {
+  gs::transport::mpi t{MPI_COMM_WORLD};
+  const std::size_t n = t.size(), r = t.rank();
+  for (std::size_t m : {std::size_t{3}, gs::algo::tuning::native_collective_bytes / (4 * n) + 3}) {
+    std::vector<std::int32_t> in(n * m);
+    gs::testing::fill_inputs(std::span<std::int32_t>(in), gs::reduce_op::sum, r, n);
+    const std::span<std::int32_t> out(in.data() + r * m, m);
+    gs::reduce_scatter(t, std::span<const std::int32_t>(in), out, gs::op::sum, quick);
+    const std::size_t wrong =
+        gs::testing::count_wrong(std::span<const std::int32_t>(out), gs::reduce_op::sum, n, r * m);
+    GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong elements of " + std::to_string(m));
+  }
+}
+
 GS_MPI_TEST("collectives: allgather in place over mpi (MPI_IN_PLACE natively), exact", 60) {
   gs::transport::mpi t{MPI_COMM_WORLD};
   const std::size_t n = t.size(), r = t.rank();

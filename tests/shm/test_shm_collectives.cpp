@@ -72,6 +72,10 @@ void reduce_scatters(gs::transport::shm& t, rank_env& env) {
     std::size_t wrong = gs::testing::count_wrong(std::span<const T>(out), Op::id, n, r * m);
     gs::allgather(t, std::span<const T>(out), std::span<T>(all));
     wrong += gs::testing::count_wrong(std::span<const T>(all), Op::id, n);
+    // In place: the output is this rank's block of the input.
+    std::vector<T> whole(in);
+    gs::reduce_scatter(t, std::span<const T>(whole), std::span<T>(whole.data() + r * m, m), Op{});
+    if (m) wrong += std::memcmp(whole.data() + r * m, out.data(), m * sizeof(T)) != 0;
     // In place: this rank's block is the input.
     std::vector<T> again(n * m);
     if (m) std::memcpy(again.data() + r * m, out.data(), m * sizeof(T));
