@@ -246,7 +246,8 @@ std::size_t allgather(Tr& t, std::span<const T> in, std::span<T> out,
   check_element_type<T>();
   detail::check_host_collective<Tr>();
   detail::check_blocks("allgather", "output", out.size(), "input", in.size(), t.size(), t.rank());
-  detail::check_gather_spans(in.data(), in.size_bytes(), out.data(), out.size_bytes(), t.rank());
+  (void)detail::in_place_block("allgather", "input", "output", in.data(), in.size_bytes(),
+                               out.data(), out.size_bytes(), t.rank());
   const auto bytes_in = std::as_bytes(in);
   const auto bytes_out = std::as_writable_bytes(out);
   constexpr dtype type = dtype_of<T>::value;
@@ -266,7 +267,8 @@ void allgather(Tr& t, device_span<TIn> in, device_span<T> out, const call_option
   if constexpr (device_transport<Tr> && detail::has_native_allgather<Tr>) {
     check_element_type<T>();
     detail::check_blocks("allgather", "output", out.size(), "input", in.size(), t.size(), t.rank());
-    detail::check_gather_spans(in.data(), in.size_bytes(), out.data(), out.size_bytes(), t.rank());
+    (void)detail::in_place_block("allgather", "input", "output", in.data(), in.size_bytes(),
+                                 out.data(), out.size_bytes(), t.rank());
     const detail::call_frame<Tr> f(t, opt,
                                    {"allgather",
                                     detail::native_collective_name,

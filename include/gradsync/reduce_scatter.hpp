@@ -184,16 +184,8 @@ requires std::is_same_v<std::remove_const_t<TIn>, T> std::size_t reduce_scatter(
   detail::check_host_collective<Tr>();
   detail::check_blocks("reduce_scatter", "input", in.size(), "output", out.size(), t.size(),
                        t.rank());
-  const auto* ib = reinterpret_cast<const std::byte*>(in.data());
-  const auto* ob = reinterpret_cast<const std::byte*>(out.data());
-  if (!out.empty() && ib < ob + out.size_bytes() && ob < ib + in.size_bytes()) {
-    if (out.data() != in.data() + t.rank() * out.size()) {
-      throw error(errc::invalid_argument, {t.rank(), error_site::npos, ~std::uint64_t{0}},
-                  "reduce_scatter: the output overlaps the input other than at this rank's "
-                  "block (rank " +
-                      std::to_string(t.rank()) + "'s, in[" + std::to_string(t.rank()) +
-                      " x count]); pass that block for an in-place call, or disjoint spans");
-    }
+  if (detail::in_place_block("reduce_scatter", "output", "input", out.data(), out.size_bytes(),
+                             in.data(), in.size_bytes(), t.rank())) {
     // In place: this rank's block of `in` is one of the summands of `out`, which the
     // algorithms write while they still read it, so the result takes a detour.
     std::vector<T> result(out.size());

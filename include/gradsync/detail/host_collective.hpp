@@ -49,19 +49,23 @@ inline void check_blocks(const char* collective, const char* whole_name, std::si
                   std::to_string(block));
 }
 
-/// Throws errc::invalid_argument when an allgather's input overlaps its output anywhere
-/// but at this rank's own block (in place: in == out + rank x in_bytes): the algorithms
-/// would overwrite the input with a peer's block before sending it. Device spans too (the
-/// pointers are only compared).
-inline void check_gather_spans(const void* in, std::size_t in_bytes, const void* out,
-                               std::size_t out_bytes, std::size_t rank) {
-  const auto* i = static_cast<const std::byte*>(in);
-  const auto* o = static_cast<const std::byte*>(out);
-  if (in_bytes == 0 || i >= o + out_bytes || o >= i + in_bytes || i == o + rank * in_bytes) return;
+/// The buffer rule of allgather and reduce_scatter, whose `block` (allgather's input,
+/// reduce_scatter's output) is one rank's share of `whole` (the other buffer): true when
+/// `block` is this rank's block of `whole` (an in-place call, as NCCL's), false when the
+/// two are disjoint; any other overlap throws errc::invalid_argument, since the algorithms
+/// would overwrite data they have yet to read. Device spans too (pointers only compared).
+inline bool in_place_block(const char* collective, const char* block_name, const char* whole_name,
+                           const void* block, std::size_t block_bytes, const void* whole,
+                           std::size_t whole_bytes, std::size_t rank) {
+  const auto* b = static_cast<const std::byte*>(block);
+  const auto* w = static_cast<const std::byte*>(whole);
+  if (block_bytes == 0 || b >= w + whole_bytes || w >= b + block_bytes) return false;
+  if (b == w + rank * block_bytes) return true;
   throw error(errc::invalid_argument, {rank, error_site::npos, ~std::uint64_t{0}},
-              "allgather: the input overlaps the output other than at this rank's block (rank " +
-                  std::to_string(rank) + "'s, out[" + std::to_string(rank) +
-                  " x count]); pass that block for an in-place call, or disjoint spans");
+              std::string(collective) + ": the " + block_name + " overlaps the " + whole_name +
+                  " other than at this rank's block (rank " + std::to_string(rank) +
+                  "'s block of the " + whole_name +
+                  "); pass that block for an in-place call, or disjoint spans");
 }
 
 }  // namespace gradsync::detail
