@@ -18,7 +18,6 @@
 #include <span>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #include "gradsync/algo/detail/level_pipeline.hpp"
 #include "gradsync/algo/detail/partition.hpp"
@@ -32,6 +31,7 @@
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/error.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/core/workspace.hpp"
 #include "gradsync/detail/host_collective.hpp"
 #include "gradsync/detail/native_collectives.hpp"
 #include "gradsync/kernels/finite.hpp"
@@ -187,10 +187,18 @@ requires std::is_same_v<std::remove_const_t<TIn>, T> std::size_t reduce_scatter(
   if (detail::in_place_block("reduce_scatter", "output", "input", out.data(), out.size_bytes(),
                              in.data(), in.size_bytes(), t.rank())) {
     // In place: this rank's block of `in` is one of the summands of `out`, which the
-    // algorithms write while they still read it, so the result takes a detour.
-    std::vector<T> result(out.size());
+    // algorithms write while they still read it, so the result takes a detour through
+    // the transport's workspace (no allocation once it has grown).
+    workspace* ws = nullptr;
+    if constexpr (transport::leveled<Tr>) {
+      ws = &t.intra().scratch();
+    } else {
+      ws = &t.scratch();
+    }
+    const std::span<T> result(
+        static_cast<T*>(ws->template get<detail::in_place_result>(out.size_bytes())), out.size());
     const std::size_t sent =
-        detail::reduce_scatter_flat(t, std::span<const T>(in), std::span<T>(result), op, opt);
+        detail::reduce_scatter_flat(t, std::span<const T>(in), result, op, opt);
     std::copy(result.begin(), result.end(), out.begin());
     return sent;
   }

@@ -17,6 +17,9 @@ namespace gradsync::detail {
 /// transport's workspace (shared: the two are never active in one call).
 struct level_scratch_across;
 struct level_scratch_inside;
+/// Names the buffer an in-place reduce_scatter's result goes through (the workspace of the
+/// transport, or of the node's level).
+struct in_place_result;
 
 /// Fails the build unless Tr is a host transport or two levels of them.
 template <class Tr>
