@@ -61,20 +61,21 @@ class exact_core {
     }
     return acc_.needs_redo();
   }
-  /// The codes to allreduce with SUM: a copy (the accumulator keeps its own).
+  /// The codes to allreduce with SUM, in place: a view of the accumulator's own (valid
+  /// while this object lives; the Python wrapper keeps it no longer than one step).
   at::Tensor codes() {
     const auto c = acc_.codes();
-    at::Tensor t = at::empty({static_cast<std::int64_t>(c.size())}, at::kLong);
-    if (!c.empty()) std::memcpy(t.data_ptr<std::int64_t>(), c.data(), c.size_bytes());
-    return t;
+    return at::from_blob(c.data(), {static_cast<std::int64_t>(c.size())}, at::kLong);
   }
-  /// Takes the summed codes back and decodes them, divided by `divisor`, into `out`.
+  /// Decodes the summed codes (codes() after its allreduce, or a tensor holding them),
+  /// divided by `divisor`, into `out`.
   void decode(const at::Tensor& summed, at::Tensor& out, std::uint64_t divisor) {
     const auto c = acc_.codes();
     check_flat(summed, c.size(), at::kLong, "the summed codes");
     check_flat(out, acc_.size(), at::kFloat, "the output");
     TORCH_CHECK(divisor > 0, "gradsync: ExactAccumulator: no contributions to average");
-    if (!c.empty()) std::memcpy(c.data(), summed.data_ptr<std::int64_t>(), c.size_bytes());
+    const auto* from = summed.data_ptr<std::int64_t>();
+    if (!c.empty() && from != c.data()) std::memcpy(c.data(), from, c.size_bytes());
     acc_.decode(std::span<float>(out.data_ptr<float>(), acc_.size()), divisor);
   }
 

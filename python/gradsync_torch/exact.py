@@ -47,6 +47,9 @@ class ExactAccumulator:
                                 f"parameters; one is {p.dtype} on {p.device}")
         self.group = group
         self._core = _ExactCore([p.numel() for p in self.params])
+        # A contribution and the decoded average, laid out as the core expects (reused).
+        self._flat = torch.empty(self._core.size(), dtype=torch.float32)
+        self._out = torch.empty(self._core.size(), dtype=torch.float32)
         self._added = 0
 
     def begin(self):
@@ -56,10 +59,15 @@ class ExactAccumulator:
 
     def add(self):
         """Adds the micro-batch gradient the parameters' .grad hold now (None: zeros)."""
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
-                          .detach().reshape(-1) for p in self.params]) if self.params \
-            else torch.zeros(0)
-        self._core.add(flat.contiguous())
+        at = 0
+        for p in self.params:
+            part = self._flat[at:at + p.numel()]
+            if p.grad is None:
+                part.zero_()
+            else:
+                part.copy_(p.grad.detach().reshape(-1))
+            at += p.numel()
+        self._core.add(self._flat)
         self._added += 1
 
     def agree(self):
@@ -76,11 +84,10 @@ class ExactAccumulator:
         count = torch.tensor([self._added], dtype=torch.int64)
         dist.all_reduce(codes, op=dist.ReduceOp.SUM, group=self.group)
         dist.all_reduce(count, op=dist.ReduceOp.SUM, group=self.group)
-        out = torch.empty(self._core.size(), dtype=torch.float32)
-        self._core.decode(codes, out, int(count.item()))
+        self._core.decode(codes, self._out, int(count.item()))
         at = 0
         for p in self.params:
-            g = out[at:at + p.numel()].view_as(p)
+            g = self._out[at:at + p.numel()].view_as(p)
             if p.grad is None:
                 p.grad = g.clone()
             else:
