@@ -16,8 +16,10 @@
 
 #include "two_level_ranks.hpp"
 #include "watchdog.hpp"
+#include "text.hpp"
 
 namespace gs = gradsync;
+using gradsync::testbed::contains;
 using local = gs::transport::local;
 using clk = std::chrono::steady_clock;
 
@@ -26,10 +28,6 @@ namespace {
 double since(clk::time_point t0) {
   return std::chrono::duration<double>(clk::now() - t0).count();
 }
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 gs::call_options long_deadline() {
   gs::call_options o;
   o.timeout = gs::seconds_d(30);
@@ -89,13 +87,13 @@ TEST_CASE("abort: the wait in flight and every later one fail at once with errc:
     CAPTURE(by_signal);
     std::signal(SIGUSR1, SIG_DFL);
     signal_target = nullptr;
-    CHECK(has(first, "gradsync aborted on rank 0"));
-    CHECK(has(first,
-              "the transport was aborted (abort() was called on this rank) while this "
-              "rank waited to"));
+    CHECK(contains(first, "gradsync aborted on rank 0"));
+    CHECK(contains(first,
+                   "the transport was aborted (abort() was called on this rank) while this "
+                   "rank waited to"));
     CHECK(first_s > 0.09);
     CHECK(first_s < 1.0);  // the deadline was 30 s
-    CHECK(has(later, "gradsync aborted on rank 0"));
+    CHECK(contains(later, "gradsync aborted on rank 0"));
     CHECK(later_s < 0.5);
   }
 }
@@ -137,6 +135,6 @@ TEST_CASE("abort: a two_level aborts both levels; an allreducer's step reports i
     done.set_value();
   });
   CHECK(errors[0] == "");
-  CHECK(has(msgs[0], "the transport was aborted"));
+  CHECK(contains(msgs[0], "the transport was aborted"));
   CHECK(secs[0] < 1.0);
 }

@@ -24,18 +24,16 @@
 #include "two_level_ranks.hpp"
 #include "local_outcomes.hpp"
 #include "watchdog.hpp"
+#include "text.hpp"
 
 namespace gs = gradsync;
+using gradsync::testbed::contains;
 using gs::transport::local;
 using two_level = gs::transport::two_level<local, local>;
 
 namespace {
 
 const gs::call_options quick{.timeout = gs::seconds_d{20}};
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 using gs::testbed::run_catching;
 

@@ -22,7 +22,7 @@ TEST_CASE("a corrupting peer: every rank errs or every rank holds the same resul
   gs::testbed::watchdog wd(600, "corrupting peer");
   tb::corrupting_trials("local", 3, tb::corrupt_trials(1000),
                         [](std::size_t bad, std::size_t victim, tb::harm h, std::uint64_t seed) {
-                          std::vector<tb::outcome> out(3);
+                          std::vector<tb::trial_outcome> out(3);
                           gs::transport::run_local(3, [&](local& lt) {
                             const std::size_t r = lt.rank();
                             tb::corrupting<local> t(lt, r == bad ? victim : ~std::size_t{0}, h,
@@ -38,7 +38,7 @@ TEST_CASE("a corrupting peer under transport::checksummed: an error or the clean
   tb::corrupting_trials(
       "local, checksummed", 3, tb::corrupt_trials(1000),
       [](std::size_t bad, std::size_t victim, tb::harm h, std::uint64_t seed) {
-        std::vector<tb::outcome> out(3);
+        std::vector<tb::trial_outcome> out(3);
         gs::transport::run_local(3, [&](local& lt) {
           const std::size_t r = lt.rank();
           tb::corrupting<local> c(lt, r == bad ? victim : ~std::size_t{0}, h, seed);

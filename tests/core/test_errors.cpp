@@ -28,17 +28,15 @@
 
 #include "local_outcomes.hpp"
 #include "watchdog.hpp"
+#include "text.hpp"
 
 namespace gs = gradsync;
+using gradsync::testbed::contains;
 
 namespace {
 
 using gs::testbed::outcome;
 using gs::testbed::run_catching;
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 const gs::call_options quick{.timeout = gs::seconds_d{20}};
 

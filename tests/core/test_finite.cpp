@@ -19,15 +19,13 @@
 
 #include "two_level_ranks.hpp"
 #include "watchdog.hpp"
+#include "text.hpp"
 
 namespace gs = gradsync;
+using gradsync::testbed::contains;
 using local = gs::transport::local;
 
 namespace {
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 gs::call_options checking() {
   gs::call_options o;
@@ -100,8 +98,8 @@ TEST_CASE("check_finite: every rank names the rank, the value and the index; dat
     for (std::size_t r = 0; r < n; ++r) {
       CAPTURE(n);
       CAPTURE(r);
-      CHECK(has(msgs[r], "non-finite input: rank " + std::to_string(n - 1) +
-                             " has +Inf in its input at element 1234"));
+      CHECK(contains(msgs[r], "non-finite input: rank " + std::to_string(n - 1) +
+                                  " has +Inf in its input at element 1234"));
       CHECK(changed[r] == 0);
     }
   }
@@ -120,7 +118,7 @@ TEST_CASE("check_finite: several ranks with NaN: the lowest is named, the others
     }
   });
   for (const auto& m : msgs) {
-    CHECK(has(m, "rank 1 has NaN in its input at element 10 (2 more rank(s) have one too)"));
+    CHECK(contains(m, "rank 1 has NaN in its input at element 10 (2 more rank(s) have one too)"));
   }
 }
 
@@ -153,7 +151,7 @@ TEST_CASE("check_finite: ranks that disagree on checking are a mismatch naming i
       msgs[t.rank()] = e.what();
     }
   });
-  for (const auto& m : msgs) CHECK(has(m, "check_finite on vs off"));
+  for (const auto& m : msgs) CHECK(contains(m, "check_finite on vs off"));
 }
 
 TEST_CASE("check_finite over two levels: the rank is the global one, every node fails") {
@@ -178,7 +176,7 @@ TEST_CASE("check_finite over two levels: the rank is the global one, every node 
   for (std::size_t r = 0; r < 6; ++r) {
     CAPTURE(r);
     CHECK(errors[r] == "");
-    CHECK(has(msgs[r], "rank 3 has NaN in its input at element 700"));
+    CHECK(contains(msgs[r], "rank 3 has NaN in its input at element 700"));
   }
 }
 
@@ -220,9 +218,9 @@ TEST_CASE("check_finite in the allreducer: the tensor by index and name, packed 
     for (std::size_t r = 0; r < 3; ++r) {
       CAPTURE(bucket);
       CAPTURE(r);
-      CHECK(has(msgs[r], "rank 2 has -Inf in tensor #1 ('fc1.bias') at element 5"));
+      CHECK(contains(msgs[r], "rank 2 has -Inf in tensor #1 ('fc1.bias') at element 5"));
       CHECK(after[r] == 2.0f);
-      CHECK(has(list_msgs[r], "rank 0 has NaN in tensor #1 of the list at element 9"));
+      CHECK(contains(list_msgs[r], "rank 0 has NaN in tensor #1 of the list at element 9"));
     }
   }
 }
@@ -235,7 +233,7 @@ TEST_CASE("GRADSYNC_CHECK_FINITE: 1 and 0 parse, anything else names the variabl
     (void)gs::detail::read_flag_env("GRADSYNC_CHECK_FINITE");
     FAIL("no error for GRADSYNC_CHECK_FINITE=on");
   } catch (const gs::error& e) {
-    CHECK(has(e.what(), "GRADSYNC_CHECK_FINITE must be 0 or 1, got 'on'"));
+    CHECK(contains(e.what(), "GRADSYNC_CHECK_FINITE must be 0 or 1, got 'on'"));
   }
   ::unsetenv("GRADSYNC_CHECK_FINITE");
 }

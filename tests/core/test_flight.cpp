@@ -20,15 +20,13 @@
 #include <gradsync/gradsync.hpp>
 
 #include "watchdog.hpp"
+#include "text.hpp"
 
 namespace gs = gradsync;
+using gradsync::testbed::contains;
 using local = gs::transport::local;
 
 namespace {
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
@@ -86,17 +84,18 @@ TEST_CASE(
     }
   });
   const std::string r0 = slurp(gs::flight_recorder::path_for(b, 0));
-  CHECK(has(r0, "\"flight_recorder\":1,\"rank\":0,\"who\":\"rank 0\""));
-  CHECK(has(r0,
-            "\"kind\":\"allreduce\",\"algorithm\":\"ring\",\"type\":\"float32\",\"op\":\"avg\","
-            "\"count\":1010"));
-  CHECK(has(r0, "\"phase\":\"done\""));
-  CHECK(has(r0, "\"phase\":\"failed\""));
-  CHECK(has(r0, "fc.weight"));  // the bucket's label names its tensors
+  CHECK(contains(r0, "\"flight_recorder\":1,\"rank\":0,\"who\":\"rank 0\""));
+  CHECK(
+      contains(r0,
+               "\"kind\":\"allreduce\",\"algorithm\":\"ring\",\"type\":\"float32\",\"op\":\"avg\","
+               "\"count\":1010"));
+  CHECK(contains(r0, "\"phase\":\"done\""));
+  CHECK(contains(r0, "\"phase\":\"failed\""));
+  CHECK(contains(r0, "fc.weight"));  // the bucket's label names its tensors
   const std::string text = report(b, 3);
   CAPTURE(text);
-  CHECK(has(text, "rank 2 never arrived, or never failed: it wrote no record"));
-  CHECK(!has(text, "first disagreement"));
+  CHECK(contains(text, "rank 2 never arrived, or never failed: it wrote no record"));
+  CHECK(!contains(text, "first disagreement"));
   remove_files(b, 3);
 }
 
@@ -117,9 +116,9 @@ TEST_CASE("flight recorder: ranks that disagree are shown at the first call that
     }
   });
   const std::string text = report(b, 2);
-  CHECK(has(text, "first disagreement: op #1"));
-  CHECK(has(text, "rank 0: allreduce tree of 100 float64, op max [failed]"));
-  CHECK(has(text, "rank 1: allreduce tree of 101 float64, op max [failed]"));
+  CHECK(contains(text, "first disagreement: op #1"));
+  CHECK(contains(text, "rank 0: allreduce tree of 100 float64, op max [failed]"));
+  CHECK(contains(text, "rank 1: allreduce tree of 101 float64, op max [failed]"));
   remove_files(b, 2);
 }
 
@@ -132,7 +131,7 @@ TEST_CASE("flight recorder: a ring of the last N calls, oldest first") {
   }
   REQUIRE(rec.dump("rank 7", "test"));
   const std::string text = slurp(gs::flight_recorder::path_for(b, 7));
-  CHECK(!has(text, "\"seq\":5,"));
+  CHECK(!contains(text, "\"seq\":5,"));
   const auto at6 = text.find("\"seq\":6,"), at9 = text.find("\"seq\":9,");
   CHECK(at6 != std::string::npos);
   CHECK(at9 != std::string::npos);
@@ -159,9 +158,9 @@ TEST_CASE(
   REQUIRE(a.dump("rank 0", "cut \xe2\x82"));
   CHECK(slurp(keep) == "old record\n");
   const std::string text = slurp(f0);
-  CHECK(has(text, "\"label\":\"" + std::string(94, 'a') + "\""));
-  CHECK(has(text, "\"label\":\"x\\ufffdy\""));
-  CHECK(has(text, "\"error\":\"cut \\ufffd\\ufffd\""));
+  CHECK(contains(text, "\"label\":\"" + std::string(94, 'a') + "\""));
+  CHECK(contains(text, "\"label\":\"x\\ufffdy\""));
+  CHECK(contains(text, "\"error\":\"cut \\ufffd\\ufffd\""));
   CHECK(::access((f0 + "." + std::to_string(::getpid()) + ".tmp").c_str(), F_OK) != 0);
   {
     // Two more recorders of the same path and rank (two allreducers of one process).
@@ -169,8 +168,8 @@ TEST_CASE(
     CHECK(c.path() == b + ".2.rank0.json");
     CHECK(d.path() == b + ".3.rank0.json");
     REQUIRE(c.dump("second", "e"));
-    CHECK(has(slurp(f0), "\"who\":\"rank 0\""));  // the first one's record is intact
-    CHECK(has(slurp(c.path()), "\"who\":\"second\""));
+    CHECK(contains(slurp(f0), "\"who\":\"rank 0\""));  // the first one's record is intact
+    CHECK(contains(slurp(c.path()), "\"who\":\"second\""));
     std::remove(c.path().c_str());
   }
   gs::flight_recorder e(b, 0);  // the names of destroyed recorders are free again
@@ -211,6 +210,6 @@ TEST_CASE("flight-report: a truncated, non-UTF-8 or foreign file is named; the o
                                "2): timeout",
                                "rank 1 never arrived: its last call was op #0",
                                "rank 3: its file could not be read"};
-  for (const std::string& want : wants) CHECK_MESSAGE(has(text, want), want);
+  for (const std::string& want : wants) CHECK_MESSAGE(contains(text, want), want);
   remove_files(b, 4);
 }

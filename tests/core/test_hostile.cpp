@@ -29,14 +29,12 @@
 #include <gradsync/transport/cuda_ipc/agree.hpp>
 
 #include "watchdog.hpp"
+#include "text.hpp"
 
 namespace gs = gradsync;
+using gradsync::testbed::contains;
 
 namespace {
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // Sets an environment variable while alive.
 struct env_var {

@@ -71,21 +71,21 @@ std::vector<std::string> run_three(std::size_t s1, std::size_t s2, std::size_t s
   return errors;
 }
 
-gs::call_options short_deadline() {
+gs::call_options deadline_20s() {
   gs::call_options o;
   o.timeout = gs::seconds_d(20);
   return o;
 }
 
-struct outcome {
+struct three_outcome {
   std::mutex m;
   std::vector<std::vector<std::uint64_t>> hashes;  // [rank][case]
   std::vector<std::size_t> wrong, seen;            // [rank]
-  explicit outcome(std::size_t n) : hashes(n), wrong(n), seen(n) {}
+  explicit three_outcome(std::size_t n) : hashes(n), wrong(n), seen(n) {}
 };
 
 template <class A, class T, class Op>
-void cases(three& t, outcome& o, const gs::call_options& opt) {
+void cases(three& t, three_outcome& o, const gs::call_options& opt) {
   const std::size_t n = t.size(), r = t.rank();
   for (std::size_t count :
        {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4099}, std::size_t{70001}}) {
@@ -110,8 +110,8 @@ TEST_CASE("three levels: exact and bitwise identical on every shape, type and in
     CAPTURE(s[0]);
     CAPTURE(s[1]);
     CAPTURE(s[2]);
-    outcome o(n);
-    gs::call_options opt = short_deadline();
+    three_outcome o(n);
+    gs::call_options opt = deadline_20s();
     opt.verify = true;  // the result check over all three levels, on every call
     const auto errors = run_three(s[0], s[1], s[2], [&](three& t) {
       {
@@ -145,7 +145,7 @@ TEST_CASE("three levels: avg divides once by all ranks of all levels") {
   const auto errors = run_three(2, 2, 2, [&](three& t) {
     // Each rank gives rank + 1: the mean over 8 ranks is 36 / 8 = 4.5, exact.
     std::vector<float> v(5, static_cast<float>(t.rank() + 1));
-    gs::allreduce<hier2>(t, std::span<float>(v), gs::op::avg, short_deadline());
+    gs::allreduce<hier2>(t, std::span<float>(v), gs::op::avg, deadline_20s());
     std::lock_guard lk(m);
     got.insert(got.end(), v.begin(), v.end());
   });
@@ -159,7 +159,7 @@ TEST_CASE("three levels: a different count on one rank fails every rank with a m
   // level-3 {1, 5}. Every rank must get a mismatch, none a timeout.
   const auto errors = run_three(2, 2, 2, [](three& t) {
     std::vector<float> v(t.rank() == 5 ? 99 : 100, 1.0f);
-    gs::allreduce<hier2>(t, std::span<float>(v), gs::op::sum, short_deadline());
+    gs::allreduce<hier2>(t, std::span<float>(v), gs::op::sum, deadline_20s());
   });
   for (std::size_t r = 0; r < errors.size(); ++r) {
     CAPTURE(r);
@@ -177,7 +177,7 @@ TEST_CASE("three levels: a different count on one rank fails every rank with a m
 TEST_CASE("three levels: a NaN on one rank fails every rank as non-finite, naming it") {
   gs::testbed::watchdog wd(60, "three levels non-finite");
   const auto errors = run_three(2, 2, 2, [](three& t) {
-    gs::call_options opt = short_deadline();
+    gs::call_options opt = deadline_20s();
     opt.check_finite = true;
     std::vector<float> v(64, 1.0f);
     if (t.rank() == 6) v[17] = std::numeric_limits<float>::quiet_NaN();

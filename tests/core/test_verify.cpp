@@ -23,8 +23,10 @@
 #include "ring_then_flip.hpp"
 #include "two_level_ranks.hpp"
 #include "watchdog.hpp"
+#include "text.hpp"
 
 namespace gs = gradsync;
+using gradsync::testbed::contains;
 using gs::transport::local;
 
 namespace {
@@ -54,10 +56,6 @@ std::vector<std::pair<int, std::string>> per_rank(std::size_t n, Body&& body) {
     out[t.rank()] = res;
   });
   return out;
-}
-
-bool has(const std::string& s, std::string_view part) {
-  return s.find(part) != std::string::npos;
 }
 
 }  // namespace
@@ -173,11 +171,11 @@ TEST_CASE("verify: a result corrupted on one rank fails every rank, naming it") 
       CAPTURE(r);
       CAPTURE(res[r].second);
       CHECK(res[r].first == static_cast<int>(gs::errc::diverged));
-      CHECK(has(res[r].second, "allreduce results differ across ranks"));
-      CHECK(has(res[r].second, "1 rank(s) hold a different result than rank 0"));
-      CHECK(has(res[r].second, "rank 2: hash 0x"));
-      CHECK(has(res[r].second, "of 4000 bytes"));
-      CHECK(!has(res[r].second, "rank 1: hash"));
+      CHECK(contains(res[r].second, "allreduce results differ across ranks"));
+      CHECK(contains(res[r].second, "1 rank(s) hold a different result than rank 0"));
+      CHECK(contains(res[r].second, "rank 2: hash 0x"));
+      CHECK(contains(res[r].second, "of 4000 bytes"));
+      CHECK(!contains(res[r].second, "rank 1: hash"));
     }
   }
   SUBCASE("rank 0 corrupted: the others are named") {
@@ -188,9 +186,9 @@ TEST_CASE("verify: a result corrupted on one rank fails every rank, naming it") 
     for (std::size_t r = 0; r < n; ++r) {
       CAPTURE(res[r].second);
       CHECK(res[r].first == static_cast<int>(gs::errc::diverged));
-      CHECK(has(res[r].second, "3 rank(s) hold a different result than rank 0"));
-      CHECK(has(res[r].second, "rank 1: hash"));
-      CHECK(has(res[r].second, "rank 3: hash"));
+      CHECK(contains(res[r].second, "3 rank(s) hold a different result than rank 0"));
+      CHECK(contains(res[r].second, "rank 1: hash"));
+      CHECK(contains(res[r].second, "rank 3: hash"));
     }
   }
   SUBCASE("out of place") {
@@ -203,7 +201,7 @@ TEST_CASE("verify: a result corrupted on one rank fails every rank, naming it") 
     for (std::size_t r = 0; r < n; ++r) {
       CAPTURE(res[r].second);
       CHECK(res[r].first == static_cast<int>(gs::errc::diverged));
-      CHECK(has(res[r].second, "rank 3: hash"));
+      CHECK(contains(res[r].second, "rank 3: hash"));
     }
   }
 }
@@ -247,9 +245,9 @@ TEST_CASE("verify: the allreducer reports a corrupted bucket at wait() and stays
     CAPTURE(r);
     CAPTURE(first[r]);
     CAPTURE(second[r]);
-    CHECK(has(first[r], "diverged: "));
-    CHECK(has(first[r], "rank 1: hash"));
-    CHECK(has(second[r], "diverged: "));
+    CHECK(contains(first[r], "diverged: "));
+    CHECK(contains(first[r], "rank 1: hash"));
+    CHECK(contains(second[r], "diverged: "));
     CHECK(first[r] != second[r]);
     CHECK(sound[r] == "");
     CHECK(wrong[r] == 0);
@@ -289,9 +287,9 @@ TEST_CASE("verify over two levels: a node whose result differs fails every rank"
     CAPTURE(msg[r]);
     CHECK(errors[r] == "");
     CHECK(wrong[r] == 0);
-    CHECK(has(msg[r], "diverged: "));
+    CHECK(contains(msg[r], "diverged: "));
     // Inter group of local index l holds global ranks l and 2 + l: rank 2 + l differs.
-    CHECK(has(msg[r], "rank " + std::to_string(2 + r % 2) + ": hash"));
+    CHECK(contains(msg[r], "rank " + std::to_string(2 + r % 2) + ": hash"));
   }
 }
 
@@ -310,8 +308,8 @@ TEST_CASE("GRADSYNC_VERIFY: 1 and 0 parse, anything else is an error naming the 
     FAIL("no error for GRADSYNC_VERIFY=yes");
   } catch (const gs::error& e) {
     CHECK(e.code() == gs::errc::invalid_argument);
-    CHECK(has(e.what(), "GRADSYNC_VERIFY"));
-    CHECK(has(e.what(), "'yes'"));
+    CHECK(contains(e.what(), "GRADSYNC_VERIFY"));
+    CHECK(contains(e.what(), "'yes'"));
   }
   if (old) {
     ::setenv("GRADSYNC_VERIFY", saved.c_str(), 1);

@@ -21,12 +21,26 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cd "$root" || exit 1
 # The compile database without the test programs' GCC precompiled header (-Dtest_pch,
-# tests/meson.build): clang cannot read a .gch, and each unit includes what it uses.
-python3 - "$build/compile_commands.json" "$out/compile_commands.json" <<'PY' || exit 1
-import json, re, sys
+# tests/meson.build): clang cannot read a .gch, and each unit includes what it uses. A
+# test file compiled inside a grouped unit (-Dtest_unity) gets its own entry: the unit's
+# command with the file in place of the unit.
+python3 - "$build/compile_commands.json" "$out/compile_commands.json" "${units[@]}" <<'PY' || exit 1
+import json, os, re, sys
 db = json.load(open(sys.argv[1]))
 for e in db:
     e["command"] = re.sub(r" -include \S*test_pch_O\d\.hpp| -fpch-deps", "", e["command"])
+def path(e):
+    return os.path.normpath(os.path.join(e["directory"], e["file"]))
+have = {path(e) for e in db}
+for unit in map(os.path.abspath, sys.argv[3:]):
+    if unit in have:
+        continue
+    for e in db:
+        src = path(e)
+        if "-unity" in src and os.path.isfile(src) and unit in {
+                os.path.normpath(i) for i in re.findall(r"^#include\s*[<\"](.*)[>\"]", open(src).read(), re.M)}:
+            db.append(dict(e, file=unit, command=e["command"].replace(e["file"], unit)))
+            break
 json.dump(db, open(sys.argv[2], "w"))
 PY
 export tidy out

@@ -167,11 +167,14 @@ int run_mpi_tests(const std::vector<std::string>& filters, const char* flavour);
 
 #define GS_MPI_CAT2(a, b) a##b
 #define GS_MPI_CAT(a, b) GS_MPI_CAT2(a, b)
-#define GS_MPI_CASE(name, watchdog_s, timing)                                        \
-  static void GS_MPI_CAT(gs_mpi_case_, __LINE__)();                                  \
-  static const ::gradsync::testbed::mpi_registrar GS_MPI_CAT(gs_mpi_reg_, __LINE__){ \
-      name, &GS_MPI_CAT(gs_mpi_case_, __LINE__), watchdog_s, timing};                \
-  static void GS_MPI_CAT(gs_mpi_case_, __LINE__)()
+// The names are numbered by __COUNTER__, not __LINE__: a grouped build compiles several
+// test files as one unit (tests/meson.build), where two cases can share a line number.
+#define GS_MPI_CASE(name, watchdog_s, timing) GS_MPI_CASE_N(name, watchdog_s, timing, __COUNTER__)
+#define GS_MPI_CASE_N(name, watchdog_s, timing, n)                            \
+  static void GS_MPI_CAT(gs_mpi_case_, n)();                                  \
+  static const ::gradsync::testbed::mpi_registrar GS_MPI_CAT(gs_mpi_reg_, n){ \
+      name, &GS_MPI_CAT(gs_mpi_case_, n), watchdog_s, timing};                \
+  static void GS_MPI_CAT(gs_mpi_case_, n)()
 /// Defines a test case every rank runs; `watchdog_s` bounds its wall time.
 #define GS_MPI_TEST(name, watchdog_s) GS_MPI_CASE(name, watchdog_s, false)
 /// A case whose wall time is mostly deliberate waits (deadlines running out, late ranks).

@@ -37,7 +37,7 @@ static_assert(!gs::detail::has_native_broadcast<gs::transport::shm>);
 
 namespace {
 
-const gs::call_options quick{.timeout = gs::seconds_d{30}};
+const gs::call_options quick_opts{.timeout = gs::seconds_d{30}};
 
 template <class T>
 T value_of(std::size_t who, std::size_t i) {
@@ -54,7 +54,7 @@ void cases(Tr& t, std::vector<std::uint64_t>& hashes) {
     for (std::size_t root = 0; root < n; ++root) {
       std::vector<T> v(count);
       for (std::size_t i = 0; i < count; ++i) v[i] = value_of<T>(r == root ? root : n + 1, i);
-      gs::broadcast(t, std::span<T>(v), root, quick);
+      gs::broadcast(t, std::span<T>(v), root, quick_opts);
       for (std::size_t i = 0; i < count; ++i) {
         const T want = value_of<T>(root, i);
         wrong += std::memcmp(&want, &v[i], sizeof(T)) != 0;
@@ -64,10 +64,10 @@ void cases(Tr& t, std::vector<std::uint64_t>& hashes) {
     const std::size_t m = count / 4 + (count % 2);
     std::vector<T> in(n * m), out(m);
     gs::testing::fill_inputs(std::span<T>(in), Op::id, r, n);
-    gs::reduce_scatter(t, std::span<const T>(in), std::span<T>(out), Op{}, quick);
+    gs::reduce_scatter(t, std::span<const T>(in), std::span<T>(out), Op{}, quick_opts);
     wrong += gs::testing::count_wrong(std::span<const T>(out), Op::id, n, r * m);
     std::vector<T> all(n * m);
-    gs::allgather(t, std::span<const T>(out), std::span<T>(all), quick);
+    gs::allgather(t, std::span<const T>(out), std::span<T>(all), quick_opts);
     wrong += gs::testing::count_wrong(std::span<const T>(all), Op::id, n);
     hashes.push_back(gs::testing::fnv1a64(all.data(), all.size() * sizeof(T)));
   }
@@ -98,17 +98,17 @@ GS_MPI_TEST("collectives: above the native threshold, gradsync's algorithms over
   const std::size_t big = gs::algo::tuning::native_collective_bytes / sizeof(float) + 3;
   std::vector<float> v(big);
   for (std::size_t i = 0; i < big; ++i) v[i] = value_of<float>(r == 0 ? 0 : n + 1, i);
-  gs::broadcast(t, std::span<float>(v), 0, quick);
+  gs::broadcast(t, std::span<float>(v), 0, quick_opts);
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < big; ++i) wrong += v[i] != value_of<float>(0, i);
   const std::size_t m = big / n + 1;
   std::vector<std::int32_t> in(n * m), out(m), all(n * m);
   gs::testing::fill_inputs(std::span<std::int32_t>(in), gs::reduce_op::sum, r, n);
   gs::reduce_scatter(t, std::span<const std::int32_t>(in), std::span<std::int32_t>(out),
-                     gs::op::sum, quick);
+                     gs::op::sum, quick_opts);
   wrong +=
       gs::testing::count_wrong(std::span<const std::int32_t>(out), gs::reduce_op::sum, n, r * m);
-  gs::allgather(t, std::span<const std::int32_t>(out), std::span<std::int32_t>(all), quick);
+  gs::allgather(t, std::span<const std::int32_t>(out), std::span<std::int32_t>(all), quick_opts);
   wrong += gs::testing::count_wrong(std::span<const std::int32_t>(all), gs::reduce_op::sum, n);
   GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong elements");
 }
@@ -120,7 +120,7 @@ GS_MPI_TEST("collectives: reduce_scatter in place over mpi, native and ring, exa
     std::vector<std::int32_t> in(n * m);
     gs::testing::fill_inputs(std::span<std::int32_t>(in), gs::reduce_op::sum, r, n);
     const std::span<std::int32_t> out(in.data() + r * m, m);
-    gs::reduce_scatter(t, std::span<const std::int32_t>(in), out, gs::op::sum, quick);
+    gs::reduce_scatter(t, std::span<const std::int32_t>(in), out, gs::op::sum, quick_opts);
     const std::size_t wrong =
         gs::testing::count_wrong(std::span<const std::int32_t>(out), gs::reduce_op::sum, n, r * m);
     GS_CHECK_MSG(wrong == 0, std::to_string(wrong) + " wrong elements of " + std::to_string(m));
@@ -135,7 +135,7 @@ GS_MPI_TEST("collectives: allgather in place over mpi (MPI_IN_PLACE natively), e
     std::vector<std::int32_t> all(n * m, -7);
     for (std::size_t i = 0; i < m; ++i) all[r * m + i] = static_cast<std::int32_t>(1000 * r + i);
     gs::allgather(t, std::span<const std::int32_t>(all.data() + r * m, m),
-                  std::span<std::int32_t>(all), quick);
+                  std::span<std::int32_t>(all), quick_opts);
     std::size_t wrong = 0;
     for (std::size_t q = 0; q < n; ++q) {
       for (std::size_t i = 0; i < m; ++i) {
@@ -192,12 +192,13 @@ GS_MPI_TEST("collectives: a different root on one rank fails every rank", 60) {
   gs::transport::mpi t{MPI_COMM_WORLD};
   std::vector<float> v(100, 1.0f);
   const std::size_t odd = world_size() - 1;
-  const std::string m = GS_CHECK_ERROR(
-      gs::broadcast(t, std::span<float>(v), t.rank() == odd ? 1 : 0, quick), gs::errc::mismatch);
+  const std::string m =
+      GS_CHECK_ERROR(gs::broadcast(t, std::span<float>(v), t.rank() == odd ? 1 : 0, quick_opts),
+                     gs::errc::mismatch);
   GS_CHECK_MSG(gs::testbed::contains(m, "ranks called broadcast with different arguments") &&
                    gs::testbed::contains(
                        m, "rank " + std::to_string(odd) + " differs from rank 0 in root 0 vs 1"),
                m);
   // The check kept the ranks in step: the next call works.
-  gs::broadcast(t, std::span<float>(v), 0, quick);
+  gs::broadcast(t, std::span<float>(v), 0, quick_opts);
 }

@@ -34,7 +34,7 @@ namespace {
 
 // What a rank's outcome comes to for the judgement: its digests as one hash (equal
 // digests, equal hashes), and whether its error names a cause.
-void share(const tb::outcome& mine, std::vector<tb::outcome>& all) {
+void share(const tb::trial_outcome& mine, std::vector<tb::trial_outcome>& all) {
   const std::uint64_t digest = gs::testing::fnv1a64(
       mine.digests.data(), mine.digests.size() * sizeof(std::uint64_t), 0xcbf29ce484222325ull);
   const std::array<std::uint64_t, 7> rec = {mine.failed, !mine.error.empty(), digest,   mine.wrong,
@@ -70,7 +70,7 @@ void mpi_trials(const char* what, std::size_t trials) {
   tb::corrupting_trials(
       what, 3, trials,
       [&](std::size_t bad, std::size_t victim, tb::harm h, std::uint64_t seed) {
-        tb::outcome mine;
+        tb::trial_outcome mine;
         try {
           mpi m(MPI_COMM_WORLD);
           tb::corrupting<mpi> c(m, static_cast<std::size_t>(rank) == bad ? victim : ~std::size_t{0},
@@ -85,7 +85,7 @@ void mpi_trials(const char* what, std::size_t trials) {
           mine.failed = true;
           mine.error = e.what();
         }
-        std::vector<tb::outcome> all;
+        std::vector<tb::trial_outcome> all;
         share(mine, all);
         return all;
       },

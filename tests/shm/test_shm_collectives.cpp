@@ -26,15 +26,13 @@
 #include "expect_records.hpp"
 #include "fork_ranks.hpp"
 #include "watchdog.hpp"
+#include "text.hpp"
 
 namespace gs = gradsync;
+using gradsync::testbed::contains;
 using gs::testbed::rank_env;
 
 namespace {
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 template <class T>
 T value_of(std::size_t who, std::size_t i) {

@@ -32,9 +32,9 @@ namespace {
 // One trial's ranks (threads, each mapping a fresh job's segment); Checked: the corrupting
 // wrapper under transport::checksummed.
 template <bool Checked>
-std::vector<tb::outcome> trial(std::size_t& job, std::size_t bad, std::size_t victim, tb::harm h,
-                               std::uint64_t seed) {
-  std::vector<tb::outcome> out(3);
+std::vector<tb::trial_outcome> trial(std::size_t& job, std::size_t bad, std::size_t victim,
+                                     tb::harm h, std::uint64_t seed) {
+  std::vector<tb::trial_outcome> out(3);
   const std::string id = "corrupt-" + std::to_string(::getpid()) + "-" + std::to_string(job++);
   std::vector<std::thread> ranks;
   for (std::size_t r = 0; r < 3; ++r) {

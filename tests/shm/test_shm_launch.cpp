@@ -17,7 +17,10 @@
 #include <gradsync/transport/shm.hpp>
 #include <gradsync/transport/shm/launch.hpp>
 
+#include "text.hpp"
+
 namespace gs = gradsync;
+using gradsync::testbed::contains;
 
 namespace {
 
@@ -41,10 +44,6 @@ std::string failure(const env_map& env, pid_t parent = ::getpid()) {
     return e.what();
   }
   return "";
-}
-
-bool has(const std::string& s, const char* part) {
-  return s.find(part) != std::string::npos;
 }
 
 /// "source rank/size job", to compare a whole launch in one CHECK.
@@ -79,23 +78,23 @@ TEST_CASE("shm_launch: GRADSYNC_SHM_* first, rank and size as a pair") {
   CHECK(describe(launch(with(with(open_mpi, {{"OMPI_COMM_WORLD_SIZE", "8"}}), own))) ==
         "GRADSYNC_SHM_* 1/2 j");
 
-  CHECK(has(failure({{"GRADSYNC_SHM_RANK", "0"}, {"GRADSYNC_SHM_JOB", "j"}}),
-            "GRADSYNC_SHM_SIZE is unset while GRADSYNC_SHM_RANK is set"));
-  CHECK(has(failure(with(open_mpi, {{"GRADSYNC_SHM_SIZE", "2"}})),
-            "GRADSYNC_SHM_RANK is unset while GRADSYNC_SHM_SIZE is set"));
-  CHECK(has(failure(with(own, {{"GRADSYNC_SHM_RANK", "two"}})),
-            "GRADSYNC_SHM_RANK must be a non-negative integer, got 'two'"));
-  CHECK(has(failure(with(own, {{"GRADSYNC_SHM_RANK", "-1"}})), "got '-1'"));
-  CHECK(has(failure(with(own, {{"GRADSYNC_SHM_RANK", ""}})), "got ''"));
-  CHECK(has(failure(with(own, {{"GRADSYNC_SHM_SIZE", "99999999999999999999"}})),
-            "GRADSYNC_SHM_SIZE must be a non-negative integer"));
-  CHECK(has(failure(with(own, {{"GRADSYNC_SHM_SIZE", "4294967296"}})),
-            "GRADSYNC_SHM_SIZE must be a non-negative integer"));
-  CHECK(has(failure(with(own, {{"GRADSYNC_SHM_RANK", "2"}})),
-            "rank 2 is not below the group size 2"));
+  CHECK(contains(failure({{"GRADSYNC_SHM_RANK", "0"}, {"GRADSYNC_SHM_JOB", "j"}}),
+                 "GRADSYNC_SHM_SIZE is unset while GRADSYNC_SHM_RANK is set"));
+  CHECK(contains(failure(with(open_mpi, {{"GRADSYNC_SHM_SIZE", "2"}})),
+                 "GRADSYNC_SHM_RANK is unset while GRADSYNC_SHM_SIZE is set"));
+  CHECK(contains(failure(with(own, {{"GRADSYNC_SHM_RANK", "two"}})),
+                 "GRADSYNC_SHM_RANK must be a non-negative integer, got 'two'"));
+  CHECK(contains(failure(with(own, {{"GRADSYNC_SHM_RANK", "-1"}})), "got '-1'"));
+  CHECK(contains(failure(with(own, {{"GRADSYNC_SHM_RANK", ""}})), "got ''"));
+  CHECK(contains(failure(with(own, {{"GRADSYNC_SHM_SIZE", "99999999999999999999"}})),
+                 "GRADSYNC_SHM_SIZE must be a non-negative integer"));
+  CHECK(contains(failure(with(own, {{"GRADSYNC_SHM_SIZE", "4294967296"}})),
+                 "GRADSYNC_SHM_SIZE must be a non-negative integer"));
+  CHECK(contains(failure(with(own, {{"GRADSYNC_SHM_RANK", "2"}})),
+                 "rank 2 is not below the group size 2"));
   const std::string no_job = failure({{"GRADSYNC_SHM_RANK", "0"}, {"GRADSYNC_SHM_SIZE", "2"}});
-  CHECK(has(no_job, "GRADSYNC_SHM_JOB is not set: give every process"));
-  CHECK(has(failure({}), "no launcher was recognized (Open MPI, MPICH Hydra, Slurm)"));
+  CHECK(contains(no_job, "GRADSYNC_SHM_JOB is not set: give every process"));
+  CHECK(contains(failure({}), "no launcher was recognized (Open MPI, MPICH Hydra, Slurm)"));
 }
 
 TEST_CASE("shm_launch: Open MPI's variables") {
@@ -109,14 +108,14 @@ TEST_CASE("shm_launch: Open MPI's variables") {
 
   // 8 ranks, 4 on this host: refused, naming both counts and what to use instead.
   const std::string hosts = failure(with(open_mpi, {{"OMPI_COMM_WORLD_SIZE", "8"}}));
-  CHECK(has(hosts, "Open MPI runs 8 ranks, 4 of them on this host"));
-  CHECK(has(hosts, "transport::mpi"));
-  CHECK(has(failure(with(open_mpi, {{"OMPI_COMM_WORLD_LOCAL_RANK", "x"}})),
-            "OMPI_COMM_WORLD_LOCAL_RANK must be a non-negative integer, got 'x'"));
+  CHECK(contains(hosts, "Open MPI runs 8 ranks, 4 of them on this host"));
+  CHECK(contains(hosts, "transport::mpi"));
+  CHECK(contains(failure(with(open_mpi, {{"OMPI_COMM_WORLD_LOCAL_RANK", "x"}})),
+                 "OMPI_COMM_WORLD_LOCAL_RANK must be a non-negative integer, got 'x'"));
   // Without the world size the several-hosts check could not run: not taken for a launch.
   env_map partial = open_mpi;
   partial.erase("OMPI_COMM_WORLD_SIZE");
-  CHECK(has(failure(partial), "no launcher was recognized"));
+  CHECK(contains(failure(partial), "no launcher was recognized"));
   // Inside a Slurm allocation mpirun's ranks inherit SLURM_*: Open MPI's variables win.
   CHECK(launch(with(open_mpi, slurm)).source == "Open MPI");
 }
@@ -124,8 +123,8 @@ TEST_CASE("shm_launch: Open MPI's variables") {
 TEST_CASE("shm_launch: MPICH Hydra's variables, the job from the hydra_pmi_proxy parent") {
   // Not started by a proxy (the parent passed is this test process): no job id.
   const std::string no_job = failure(hydra);
-  CHECK(has(no_job, "GRADSYNC_SHM_JOB is not set and MPICH Hydra gives no job id"));
-  CHECK(has(no_job, "mpirun -genv GRADSYNC_SHM_JOB"));
+  CHECK(contains(no_job, "GRADSYNC_SHM_JOB is not set and MPICH Hydra gives no job id"));
+  CHECK(contains(no_job, "mpirun -genv GRADSYNC_SHM_JOB"));
   CHECK(describe(launch(with(hydra, {{"GRADSYNC_SHM_JOB", "h"}}))) == "MPICH Hydra 1/3 h");
 
   // A process named hydra_pmi_proxy as the parent: its pid is the job id.
@@ -143,8 +142,8 @@ TEST_CASE("shm_launch: MPICH Hydra's variables, the job from the hydra_pmi_proxy
   char c = 0;
   REQUIRE(::read(ready[0], &c, 1) == 1);
   CHECK(describe(launch(hydra, proxy)) == "MPICH Hydra 1/3 hydra-" + std::to_string(proxy));
-  CHECK(has(failure(with(hydra, {{"PMI_SIZE", "6"}}), proxy),
-            "MPICH Hydra runs 6 ranks, 3 of them on this host"));
+  CHECK(contains(failure(with(hydra, {{"PMI_SIZE", "6"}}), proxy),
+                 "MPICH Hydra runs 6 ranks, 3 of them on this host"));
   ::kill(proxy, SIGKILL);
   ::waitpid(proxy, nullptr, 0);
   ::close(ready[0]);
@@ -162,14 +161,14 @@ TEST_CASE("shm_launch: Slurm's variables, one node only") {
   batch.erase("SLURM_STEP_ID");
   batch["SLURM_NTASKS"] = "2";
   batch["SLURM_NNODES"] = "1";
-  CHECK(has(failure(batch), "no launcher was recognized"));
-  CHECK(has(failure(with(slurm, {{"SLURM_STEP_NUM_TASKS", "99999999999999999999"}})),
-            "SLURM_STEP_NUM_TASKS must be a non-negative integer"));
+  CHECK(contains(failure(batch), "no launcher was recognized"));
+  CHECK(contains(failure(with(slurm, {{"SLURM_STEP_NUM_TASKS", "99999999999999999999"}})),
+                 "SLURM_STEP_NUM_TASKS must be a non-negative integer"));
 
   const std::string hosts = failure(with(slurm, {{"SLURM_STEP_NUM_NODES", "2"}}));
-  CHECK(has(hosts, "Slurm runs 3 ranks, not all of them on this host"));
-  CHECK(
-      has(failure(with(slurm, {{"SLURM_LOCALID", "3"}})), "rank 3 is not below the group size 3"));
+  CHECK(contains(hosts, "Slurm runs 3 ranks, not all of them on this host"));
+  CHECK(contains(failure(with(slurm, {{"SLURM_LOCALID", "3"}})),
+                 "rank 3 is not below the group size 3"));
 }
 
 TEST_CASE("shm_options::from_env: GRADSYNC_SHM_HEAP, and a byte count that overflows") {
@@ -185,7 +184,7 @@ TEST_CASE("shm_options::from_env: GRADSYNC_SHM_HEAP, and a byte count that overf
       (void)gs::transport::shm_options::from_env();
       FAIL("a malformed GRADSYNC_SHM_HEAP must throw");
     } catch (const gs::error& e) {
-      CHECK(has(e.what(), "GRADSYNC_SHM_HEAP must be a byte count"));
+      CHECK(contains(e.what(), "GRADSYNC_SHM_HEAP must be a byte count"));
     }
   }
   for (const char* v :
@@ -203,7 +202,7 @@ TEST_CASE("shm: sizes whose segment would not fit in 64 bits are refused, not wr
     FAIL("a 2^63-byte heap must be refused");
   } catch (const gs::error& e) {
     CHECK(e.code() == gs::errc::invalid_argument);
-    CHECK(has(e.what(), "shm sizes too large"));
+    CHECK(contains(e.what(), "shm sizes too large"));
   }
   o.heap_bytes = 0;
   o.size = std::size_t{1} << 32;  // ranks * ranks rings wrap

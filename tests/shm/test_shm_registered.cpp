@@ -76,7 +76,7 @@ void counts_for(gs::transport::shm& t, rank_env& env, bool register_it) {
   compare_case<A, float, gs::op::sum_t>(t, env, (std::size_t{3} << 20) + 5, register_it);
 }
 
-void check_outcomes(const std::vector<rank_outcome>& out) {
+void check_registered_outcomes(const std::vector<rank_outcome>& out) {
   std::size_t bad = 0;
   std::string first;
   for (std::size_t r = 0; r < out.size(); ++r) {
@@ -111,7 +111,7 @@ void run_on(std::size_t n, std::size_t unregistered_rank) {
        .max_records = 1024,
        .configure = [](gs::transport::shm_options& o) { o.heap_bytes = heap_bytes; },
        .while_running = {}});
-  check_outcomes(out);
+  check_registered_outcomes(out);
 }
 
 // A peer whose registered-buffer notes lie (corrupt or mismatched): while `lie` is set,
@@ -298,6 +298,6 @@ TEST_CASE(
                         [](std::size_t real) { return real + 2; });
       },
       {.time_limit = 100, .max_records = 64, .configure = {}, .while_running = {}});
-  check_outcomes(out);
+  check_registered_outcomes(out);
   CHECK(out[0].records.size() == 13);
 }

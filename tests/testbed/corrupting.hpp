@@ -108,7 +108,7 @@ class corrupting : public gs::testbed::forwarding<Tr> {
 };
 
 /// What one rank ends with: an error, or its results (bits of every output, in order).
-struct outcome {
+struct trial_outcome {
   bool failed = false;
   std::string error;
   std::vector<std::uint64_t> digests;  // one per collective
@@ -118,7 +118,7 @@ struct outcome {
 };
 
 template <class T>
-void record(outcome& o, std::span<const T> r, gs::reduce_op op, std::size_t n) {
+void record(trial_outcome& o, std::span<const T> r, gs::reduce_op op, std::size_t n) {
   o.digests.push_back(gs::testing::fnv1a64(r.data(), r.size_bytes(), 0xcbf29ce484222325ull));
   o.wrong += gs::testing::count_wrong(r, op, n, 0);
 }
@@ -127,7 +127,7 @@ void record(outcome& o, std::span<const T> r, gs::reduce_op op, std::size_t n) {
 /// (verify on: the ranks compare hashes of every result). T: a corrupting<Tr>, or a
 /// transport wrapped around one (transport::checksummed).
 template <class T>
-void program(T& t, outcome& o) {
+void program(T& t, trial_outcome& o) {
   const std::size_t n = t.size(), r = t.rank();
   gs::call_options opt;
   opt.verify = true;
@@ -179,7 +179,7 @@ void program(T& t, outcome& o) {
 /// Runs program() over `t` (c itself, or a transport around c), keeping an error and what
 /// the corrupting wrapper c saw.
 template <class Tr, class T>
-void run_program(corrupting<Tr>& c, T& t, outcome& o) {
+void run_program(corrupting<Tr>& c, T& t, trial_outcome& o) {
   try {
     program(t, o);
   } catch (const gs::error& e) {
@@ -191,7 +191,7 @@ void run_program(corrupting<Tr>& c, T& t, outcome& o) {
   o.sent = c.sent();
 }
 template <class Tr>
-void run_program(corrupting<Tr>& c, outcome& o) {
+void run_program(corrupting<Tr>& c, trial_outcome& o) {
   run_program(c, c, o);
 }
 
@@ -210,7 +210,7 @@ template <class Trial>
 void corrupting_trials(const char* what, std::size_t ranks, std::size_t trials, Trial&& trial,
                        bool checked = false) {
   // A clean run: every result exact, and how many messages each rank sends.
-  const std::vector<outcome> clean = trial(ranks, 0, harm::flip, 0);  // bad = none
+  const std::vector<trial_outcome> clean = trial(ranks, 0, harm::flip, 0);  // bad = none
   std::vector<std::size_t> msgs(ranks);
   for (std::size_t r = 0; r < ranks; ++r) {
     CAPTURE(r);
@@ -227,31 +227,31 @@ void corrupting_trials(const char* what, std::size_t ranks, std::size_t trials, 
     const std::size_t victim = pick() % msgs[bad];
     const harm h = static_cast<harm>(pick() % 3);
     const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<outcome> got = trial(bad, victim, h, pick());
+    const std::vector<trial_outcome> got = trial(bad, victim, h, pick());
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (took > 1.0) {
       std::printf("slow trial %zu (%.1f s): rank %zu harms message %zu (%d)\n", i, took, bad,
                   victim, static_cast<int>(h));
-      for (const outcome& o : got) std::printf("  %s\n", o.failed ? o.error.c_str() : "ok");
+      for (const trial_outcome& o : got) std::printf("  %s\n", o.failed ? o.error.c_str() : "ok");
     }
     CAPTURE(i);
     CAPTURE(bad);
     CAPTURE(victim);
     CAPTURE(static_cast<int>(h));
     bool any_failed = false;
-    for (const outcome& o : got) any_failed = any_failed || o.failed;
+    for (const trial_outcome& o : got) any_failed = any_failed || o.failed;
     if (any_failed) {
       ++errors;
       // A rank that finished without an error holds results the others could not
       // confirm: allowed only when every failed rank names a cause (an error text).
-      for (const outcome& o : got) {
+      for (const trial_outcome& o : got) {
         if (o.failed) CHECK_FALSE(o.error.empty());
       }
       continue;
     }
     // No error: every rank must hold the same bits in every result.
-    for (const outcome& o : got) CHECK(o.digests == got[0].digests);
+    for (const trial_outcome& o : got) CHECK(o.digests == got[0].digests);
     if (!got[bad].hit) {
       ++missed;  // nothing was harmed (a replay with nothing before it)
       CHECK(got[0].digests == clean[0].digests);

@@ -27,7 +27,9 @@ class forwarding {
   std::size_t rank() const { return t_.rank(); }
   std::size_t size() const { return t_.size(); }
   std::uint64_t next_seq() { return t_.next_seq(); }
-  void enter_call(std::uint64_t seq, const call_note& note) { detail::enter_call(t_, seq, note); }
+  void enter_call(std::uint64_t seq, const call_note& note) {
+    gradsync::detail::enter_call(t_, seq, note);
+  }
   workspace& scratch() { return t_.scratch(); }
   auto executor() const { return t_.executor(); }
 
