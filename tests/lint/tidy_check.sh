@@ -22,7 +22,7 @@ trap 'rm -rf "$out"' EXIT
 cd "$root" || exit 1
 # The compile database without the test programs' GCC precompiled header (-Dtest_pch,
 # tests/meson.build): clang cannot read a .gch, and each unit includes what it uses. A
-# test file compiled inside a grouped unit (-Dtest_unity) gets its own entry: the unit's
+# test file compiled inside a unity unit (meson's -Dunity=on) gets its own entry: the unit's
 # command with the file in place of the unit.
 python3 - "$build/compile_commands.json" "$out/compile_commands.json" "${units[@]}" <<'PY' || exit 1
 import json, os, re, sys
