@@ -12,7 +12,8 @@ inline void print_build_note() {
 #if defined(GRADSYNC_BENCH_OPT_LEVEL) && GRADSYNC_BENCH_OPT_LEVEL < 3
   std::printf(
       "# NOTE: built at -O%d (-Dbench_optimization=%d, as scripts/test builds it): these timings "
-      "are not measurements; for figures: meson configure BUILD -Dbench_optimization=3\n",
+      "are not measurements; for figures: meson configure BUILD -Dbench_optimization=3 "
+      "-Dunity=off\n",
       GRADSYNC_BENCH_OPT_LEVEL, GRADSYNC_BENCH_OPT_LEVEL);
 #endif
 }
