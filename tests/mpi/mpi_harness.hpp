@@ -27,6 +27,8 @@
 #include <gradsync/core/error.hpp>
 #include <gradsync/transport/mpi/poll.hpp>
 
+#include "text.hpp"  // contains(), for the cases' message checks
+
 namespace gradsync::testbed {
 
 struct mpi_test_case {
@@ -153,10 +155,6 @@ std::string expect_error(F&& f, errc code, const char* expr, const char* file, i
       file, line,
       std::string(expr) + " did not throw (expected " + std::string(errc_name(code)) + ")");
   return {};
-}
-
-inline bool contains(std::string_view hay, std::string_view needle) {
-  return hay.find(needle) != std::string_view::npos;
 }
 
 /// Runs the registered cases whose names contain one of `filters` (all when empty);
