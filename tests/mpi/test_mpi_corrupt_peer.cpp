@@ -42,8 +42,14 @@ void share(const tb::trial_outcome& mine, std::vector<tb::trial_outcome>& all) {
   int n = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   std::vector<std::uint64_t> got(rec.size() * static_cast<std::size_t>(n));
-  MPI_Allgather(rec.data(), static_cast<int>(rec.size()), MPI_UINT64_T, got.data(),
-                static_cast<int>(rec.size()), MPI_UINT64_T, MPI_COMM_WORLD);
+  // Nonblocking and paced: a blocking MPI_Allgather busy-polls (sched_yield under
+  // mpi_yield_when_idle) while the ranks still in the trial wait out its deadline.
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Iallgather(rec.data(), static_cast<int>(rec.size()), MPI_UINT64_T, got.data(),
+                 static_cast<int>(rec.size()), MPI_UINT64_T, MPI_COMM_WORLD, &req);
+  MPI_Status st;
+  REQUIRE(gs::transport::detail::mpi_poll(req, st, gs::deadline::after(gs::seconds_d(60))) ==
+          MPI_SUCCESS);
   all.assign(static_cast<std::size_t>(n), {});
   for (std::size_t r = 0; r < all.size(); ++r) {
     const std::uint64_t* g = got.data() + r * rec.size();
