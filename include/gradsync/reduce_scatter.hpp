@@ -222,6 +222,11 @@ void reduce_scatter(Tr& t, device_span<TIn> in, device_span<T> out, Op op,
     check_op_for<T, Op>();
     detail::check_blocks("reduce_scatter", "input", in.size(), "output", out.size(), t.size(),
                          t.rank());
+    // In place is each device transport's own (NCCL's rule; mpi_device stages through host
+    // memory; cuda_ipc stages each chunk before it writes it); any other overlap would
+    // overwrite input not yet read.
+    (void)detail::in_place_block("reduce_scatter", "output", "input", out.data(), out.size_bytes(),
+                                 in.data(), in.size_bytes(), t.rank());
     const detail::call_frame<Tr> f(t, opt,
                                    {"reduce_scatter",
                                     detail::native_collective_name,

@@ -5,7 +5,7 @@
 // identity across ranks; mismatched calls (root, count, type, op) failing every rank
 // with a message naming the difference; a bad root refused on every rank; a rank that
 // never calls making the others time out naming it; allgather and reduce_scatter in
-// place, and buffers that overlap elsewhere refused.
+// place, and buffers that overlap elsewhere refused (on host and device memory).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
@@ -239,6 +240,109 @@ TEST_CASE("reduce_scatter: in place at this rank's block; any other overlap refu
                    [](auto& t, std::size_t count, std::size_t slot) {
                      return reduce_scatter_into_slot(t, count, slot);
                    });
+}
+
+/// A device transport with no GPU, for the buffer rule of the device paths alone:
+/// transport::local's threads, its memory called device (a device_span carries only
+/// pointers), and native collectives that, like a device library's, check nothing: they
+/// copy the input aside and run gradsync's host collective on the copies.
+struct unchecked_device : local {
+  static constexpr gs::memory_space memory = gs::memory_space::device;
+  static constexpr gs::transport_traits traits{
+      .watches_stalls = true, .aborts = true, .native_collectives = true, .splits = true};
+  explicit unchecked_device(local&& l) : local(std::move(l)) {}
+  void synchronize(gs::deadline) {}
+  void broadcast_native(std::byte* p, std::size_t bytes, std::size_t root,
+                        const gs::call_context&) {
+    gs::broadcast(host(), std::span<std::int8_t>(reinterpret_cast<std::int8_t*>(p), bytes), root,
+                  quick);
+  }
+  void allgather_native(const std::byte* in, std::byte* out, std::size_t bytes,
+                        const gs::call_context&) {
+    const std::vector<std::int8_t> mine(reinterpret_cast<const std::int8_t*>(in),
+                                        reinterpret_cast<const std::int8_t*>(in) + bytes);
+    std::vector<std::int8_t> all(bytes * size());
+    gs::allgather(host(), std::span<const std::int8_t>(mine), std::span<std::int8_t>(all), quick);
+    std::memcpy(out, all.data(), all.size());
+  }
+  template <class T, class Op>
+  void reduce_scatter_native(const T* in, T* out, std::size_t count, Op op,
+                             const gs::call_context&) {
+    const std::vector<T> whole(in, in + count * size());
+    std::vector<T> mine(count);
+    gs::reduce_scatter(host(), std::span<const T>(whole), std::span<T>(mine), op, quick);
+    std::memcpy(out, mine.data(), count * sizeof(T));
+  }
+
+ private:
+  local& host() { return *this; }
+};
+
+/// The device paths' buffer rule, as check_block_rule's: `into_slot(t, count, slot)` over
+/// an unchecked_device of 3 ranks; in place exact, the next rank's block refused on every
+/// rank with `refusal` + "(rank r" before the transport's collective runs.
+template <class F>
+void check_device_block_rule(const std::string& refusal, F&& into_slot) {
+  constexpr std::size_t n = 3;
+  for (std::size_t count : {std::size_t{1}, std::size_t{1000}}) {
+    CAPTURE(count);
+    std::vector<std::size_t> wrong(n, 99);
+    auto out = run_catching(n, [&](local& l) {
+      unchecked_device t(std::move(l));
+      wrong[t.rank()] = into_slot(t, count, t.rank());
+    });
+    for (std::size_t r = 0; r < n; ++r) {
+      CAPTURE(out[r].what);
+      CHECK_FALSE(out[r].threw);
+      CHECK(wrong[r] == 0);
+    }
+    out = run_catching(n, [&](local& l) {
+      unchecked_device t(std::move(l));
+      into_slot(t, count, (t.rank() + 1) % n);
+    });
+    for (std::size_t r = 0; r < n; ++r) {
+      CAPTURE(out[r].what);
+      CHECK(out[r].code == gs::errc::invalid_argument);
+      CHECK(contains(out[r].what, refusal + " (rank " + std::to_string(r)));
+    }
+  }
+}
+
+TEST_CASE("allgather and reduce_scatter on device memory: the same buffer rule as on host") {
+  gs::testbed::watchdog wd(60, "device overlap");
+  check_device_block_rule(
+      "allgather: the input overlaps the output other than at this rank's block",
+      [](unchecked_device& t, std::size_t count, std::size_t slot) {
+        const std::size_t n = t.size();
+        std::vector<std::int32_t> out(n * count, -7);
+        for (std::size_t i = 0; i < count; ++i) {
+          out[slot * count + i] = static_cast<std::int32_t>(1000 * t.rank() + i);
+        }
+        gs::allgather(t, gs::device_span<const std::int32_t>(out.data() + slot * count, count),
+                      gs::device_span<std::int32_t>(out.data(), out.size()), quick);
+        t.synchronize(gs::deadline::after(gs::seconds_d{20}));
+        std::size_t wrong = 0;
+        for (std::size_t q = 0; q < n; ++q) {
+          for (std::size_t i = 0; i < count; ++i) {
+            wrong += out[q * count + i] != static_cast<std::int32_t>(1000 * q + i);
+          }
+        }
+        return wrong;
+      });
+  // No check here once let a shifted output overwrite input the device had yet to read.
+  check_device_block_rule(
+      "reduce_scatter: the output overlaps the input other than at this rank's block",
+      [](unchecked_device& t, std::size_t count, std::size_t slot) {
+        const std::size_t n = t.size();
+        std::vector<std::int32_t> in(n * count);
+        gs::testing::fill_inputs(std::span<std::int32_t>(in), gs::reduce_op::sum, t.rank(), n);
+        const gs::device_span<std::int32_t> out(in.data() + slot * count, count);
+        gs::reduce_scatter(t, gs::device_span<const std::int32_t>(in.data(), in.size()), out,
+                           gs::op::sum, quick);
+        t.synchronize(gs::deadline::after(gs::seconds_d{20}));
+        return gs::testing::count_wrong(std::span<const std::int32_t>(out.data(), count),
+                                        gs::reduce_op::sum, n, t.rank() * count);
+      });
 }
 
 TEST_CASE("collectives over two_level<local, local>: exact on every shape and root") {
