@@ -158,90 +158,6 @@ TEST_CASE("collectives: a 4 MiB broadcast and reduce_scatter over 5 ranks") {
   for (std::size_t r = 0; r < n; ++r) CHECK(wrong[r] == 0);
 }
 
-/// Allgathers rank r's block (value 1000 x r + i) over `t`, its input at out[slot x count]
-/// of the output (slot == rank: in place): the elements that differ from the exact result.
-template <class Tr>
-std::size_t allgather_from_slot(Tr& t, std::size_t count, std::size_t slot) {
-  const std::size_t n = t.size();
-  std::vector<std::int32_t> out(n * count, -7);
-  for (std::size_t i = 0; i < count; ++i) {
-    out[slot * count + i] = static_cast<std::int32_t>(1000 * t.rank() + i);
-  }
-  gs::allgather(t, std::span<const std::int32_t>(out.data() + slot * count, count),
-                std::span<std::int32_t>(out), quick);
-  std::size_t wrong = 0;
-  for (std::size_t q = 0; q < n; ++q) {
-    for (std::size_t i = 0; i < count; ++i) {
-      wrong += out[q * count + i] != static_cast<std::int32_t>(1000 * q + i);
-    }
-  }
-  return wrong;
-}
-
-/// Reduce-scatters n blocks of `count` (testing::fill_inputs, op::sum) over `t` into the
-/// input's own block `slot` (slot == rank: in place): the elements of it that are wrong.
-template <class Tr>
-std::size_t reduce_scatter_into_slot(Tr& t, std::size_t count, std::size_t slot) {
-  const std::size_t n = t.size();
-  std::vector<std::int32_t> in(n * count);
-  gs::testing::fill_inputs(std::span<std::int32_t>(in), gs::reduce_op::sum, t.rank(), n);
-  const std::span<std::int32_t> out(in.data() + slot * count, count);
-  gs::reduce_scatter(t, std::span<const std::int32_t>(in), out, gs::op::sum, quick);
-  return gs::testing::count_wrong(std::span<const std::int32_t>(out), gs::reduce_op::sum, n,
-                                  t.rank() * count);
-}
-
-/// The buffer rule of allgather and reduce_scatter: `into_slot(t, count, slot)` makes one
-/// call whose two buffers share block `slot` and returns its wrong elements. In place
-/// (slot == rank) it is exact on 3 local ranks and on 2 x 2 levels; from the next rank's
-/// block every rank fails with invalid_argument and `refusal` + "(rank r".
-template <class F>
-void check_block_rule(const std::string& refusal, F&& into_slot) {
-  constexpr std::size_t n = 3;
-  for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{70001}}) {
-    CAPTURE(count);
-    std::vector<std::size_t> wrong(n, 99);
-    auto out = run_catching(n, [&](local& t) { wrong[t.rank()] = into_slot(t, count, t.rank()); });
-    for (std::size_t r = 0; r < n; ++r) {
-      CHECK_FALSE(out[r].threw);
-      CHECK(wrong[r] == 0);
-    }
-    // The next rank's block: the algorithms would overwrite data they have yet to read
-    // (allgather gave silently wrong results before the check).
-    out = run_catching(n, [&](local& t) { into_slot(t, count, (t.rank() + 1) % n); });
-    for (std::size_t r = 0; r < n; ++r) {
-      CAPTURE(out[r].what);
-      CHECK(out[r].code == gs::errc::invalid_argument);
-      CHECK(contains(out[r].what, refusal + " (rank " + std::to_string(r)));
-    }
-  }
-  std::vector<std::size_t> wrong(4, 99);
-  const auto errors = gs::testbed::run_two_level_shape(2, 2, [&](local a, local b) {
-    two_level t(std::move(a), std::move(b));
-    wrong[t.rank()] = into_slot(t, 1001, t.rank());
-  });
-  for (std::size_t r = 0; r < 4; ++r) {
-    CHECK(errors[r] == "");
-    CHECK(wrong[r] == 0);
-  }
-}
-
-TEST_CASE("allgather: in place at this rank's block; any other overlap refused on every rank") {
-  gs::testbed::watchdog wd(60, "allgather overlap");
-  check_block_rule("allgather: the input overlaps the output other than at this rank's block",
-                   [](auto& t, std::size_t count, std::size_t slot) {
-                     return allgather_from_slot(t, count, slot);
-                   });
-}
-
-TEST_CASE("reduce_scatter: in place at this rank's block; any other overlap refused") {
-  gs::testbed::watchdog wd(60, "reduce_scatter overlap");
-  check_block_rule("reduce_scatter: the output overlaps the input other than at this rank's block",
-                   [](auto& t, std::size_t count, std::size_t slot) {
-                     return reduce_scatter_into_slot(t, count, slot);
-                   });
-}
-
 /// A device transport with no GPU, for the buffer rule of the device paths alone:
 /// transport::local's threads, its memory called device (a device_span carries only
 /// pointers), and native collectives that, like a device library's, check nothing: they
@@ -278,17 +194,65 @@ struct unchecked_device : local {
   local& host() { return *this; }
 };
 
-/// The device paths' buffer rule, as check_block_rule's: `into_slot(t, count, slot)` over
-/// an unchecked_device of 3 ranks; in place exact, the next rank's block refused on every
-/// rank with `refusal` + "(rank r" before the transport's collective runs.
-template <class F>
-void check_device_block_rule(const std::string& refusal, F&& into_slot) {
+/// Allgathers rank r's block (value 1000 x r + i) over `t`, its input at out[slot x count]
+/// of the output (slot == rank: in place): the elements that differ from the exact result.
+/// A device transport gets device_spans of the same memory.
+template <class Tr>
+std::size_t allgather_from_slot(Tr& t, std::size_t count, std::size_t slot) {
+  const std::size_t n = t.size();
+  std::vector<std::int32_t> out(n * count, -7);
+  for (std::size_t i = 0; i < count; ++i) {
+    out[slot * count + i] = static_cast<std::int32_t>(1000 * t.rank() + i);
+  }
+  if constexpr (gs::device_transport<Tr>) {
+    gs::allgather(t, gs::device_span<const std::int32_t>(out.data() + slot * count, count),
+                  gs::device_span<std::int32_t>(out.data(), out.size()), quick);
+    t.synchronize(gs::deadline::after(gs::seconds_d{20}));
+  } else {
+    gs::allgather(t, std::span<const std::int32_t>(out.data() + slot * count, count),
+                  std::span<std::int32_t>(out), quick);
+  }
+  std::size_t wrong = 0;
+  for (std::size_t q = 0; q < n; ++q) {
+    for (std::size_t i = 0; i < count; ++i) {
+      wrong += out[q * count + i] != static_cast<std::int32_t>(1000 * q + i);
+    }
+  }
+  return wrong;
+}
+
+/// Reduce-scatters n blocks of `count` (testing::fill_inputs, op::sum) over `t` into the
+/// input's own block `slot` (slot == rank: in place): the elements of it that are wrong.
+template <class Tr>
+std::size_t reduce_scatter_into_slot(Tr& t, std::size_t count, std::size_t slot) {
+  const std::size_t n = t.size();
+  std::vector<std::int32_t> in(n * count);
+  gs::testing::fill_inputs(std::span<std::int32_t>(in), gs::reduce_op::sum, t.rank(), n);
+  const std::span<std::int32_t> out(in.data() + slot * count, count);
+  if constexpr (gs::device_transport<Tr>) {
+    gs::reduce_scatter(t, gs::device_span<const std::int32_t>(in.data(), in.size()),
+                       gs::device_span<std::int32_t>(out.data(), count), gs::op::sum, quick);
+    t.synchronize(gs::deadline::after(gs::seconds_d{20}));
+  } else {
+    gs::reduce_scatter(t, std::span<const std::int32_t>(in), out, gs::op::sum, quick);
+  }
+  return gs::testing::count_wrong(std::span<const std::int32_t>(out), gs::reduce_op::sum, n,
+                                  t.rank() * count);
+}
+
+/// The buffer rule of allgather and reduce_scatter: `into_slot(t, count, slot)` makes one
+/// call whose two buffers share block `slot` and returns its wrong elements. In place
+/// (slot == rank) it is exact on 3 local ranks (each given to `into_slot` as `as(t)`);
+/// from the next rank's block every rank fails with invalid_argument and `refusal` +
+/// "(rank r".
+template <class As, class F>
+void check_flat_block_rule(const std::string& refusal, As&& as, F&& into_slot) {
   constexpr std::size_t n = 3;
-  for (std::size_t count : {std::size_t{1}, std::size_t{1000}}) {
+  for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{70001}}) {
     CAPTURE(count);
     std::vector<std::size_t> wrong(n, 99);
     auto out = run_catching(n, [&](local& l) {
-      unchecked_device t(std::move(l));
+      decltype(auto) t = as(l);
       wrong[t.rank()] = into_slot(t, count, t.rank());
     });
     for (std::size_t r = 0; r < n; ++r) {
@@ -296,8 +260,10 @@ void check_device_block_rule(const std::string& refusal, F&& into_slot) {
       CHECK_FALSE(out[r].threw);
       CHECK(wrong[r] == 0);
     }
+    // The next rank's block: the algorithms would overwrite data they have yet to read
+    // (allgather gave silently wrong results before the check).
     out = run_catching(n, [&](local& l) {
-      unchecked_device t(std::move(l));
+      decltype(auto) t = as(l);
       into_slot(t, count, (t.rank() + 1) % n);
     });
     for (std::size_t r = 0; r < n; ++r) {
@@ -308,40 +274,50 @@ void check_device_block_rule(const std::string& refusal, F&& into_slot) {
   }
 }
 
+/// check_flat_block_rule on local, and in place on 2 x 2 levels.
+template <class F>
+void check_block_rule(const std::string& refusal, F&& into_slot) {
+  check_flat_block_rule(
+      refusal, [](local& l) -> local& { return l; }, into_slot);
+  std::vector<std::size_t> wrong(4, 99);
+  const auto errors = gs::testbed::run_two_level_shape(2, 2, [&](local a, local b) {
+    two_level t(std::move(a), std::move(b));
+    wrong[t.rank()] = into_slot(t, 1001, t.rank());
+  });
+  for (std::size_t r = 0; r < 4; ++r) {
+    CHECK(errors[r] == "");
+    CHECK(wrong[r] == 0);
+  }
+}
+
+TEST_CASE("allgather: in place at this rank's block; any other overlap refused on every rank") {
+  gs::testbed::watchdog wd(60, "allgather overlap");
+  check_block_rule("allgather: the input overlaps the output other than at this rank's block",
+                   [](auto& t, std::size_t count, std::size_t slot) {
+                     return allgather_from_slot(t, count, slot);
+                   });
+}
+
+TEST_CASE("reduce_scatter: in place at this rank's block; any other overlap refused") {
+  gs::testbed::watchdog wd(60, "reduce_scatter overlap");
+  check_block_rule("reduce_scatter: the output overlaps the input other than at this rank's block",
+                   [](auto& t, std::size_t count, std::size_t slot) {
+                     return reduce_scatter_into_slot(t, count, slot);
+                   });
+}
+
 TEST_CASE("allgather and reduce_scatter on device memory: the same buffer rule as on host") {
   gs::testbed::watchdog wd(60, "device overlap");
-  check_device_block_rule(
-      "allgather: the input overlaps the output other than at this rank's block",
-      [](unchecked_device& t, std::size_t count, std::size_t slot) {
-        const std::size_t n = t.size();
-        std::vector<std::int32_t> out(n * count, -7);
-        for (std::size_t i = 0; i < count; ++i) {
-          out[slot * count + i] = static_cast<std::int32_t>(1000 * t.rank() + i);
-        }
-        gs::allgather(t, gs::device_span<const std::int32_t>(out.data() + slot * count, count),
-                      gs::device_span<std::int32_t>(out.data(), out.size()), quick);
-        t.synchronize(gs::deadline::after(gs::seconds_d{20}));
-        std::size_t wrong = 0;
-        for (std::size_t q = 0; q < n; ++q) {
-          for (std::size_t i = 0; i < count; ++i) {
-            wrong += out[q * count + i] != static_cast<std::int32_t>(1000 * q + i);
-          }
-        }
-        return wrong;
-      });
+  const auto as_device = [](local& l) { return unchecked_device(std::move(l)); };
+  check_flat_block_rule("allgather: the input overlaps the output other than at this rank's block",
+                        as_device, [](unchecked_device& t, std::size_t count, std::size_t slot) {
+                          return allgather_from_slot(t, count, slot);
+                        });
   // No check here once let a shifted output overwrite input the device had yet to read.
-  check_device_block_rule(
-      "reduce_scatter: the output overlaps the input other than at this rank's block",
+  check_flat_block_rule(
+      "reduce_scatter: the output overlaps the input other than at this rank's block", as_device,
       [](unchecked_device& t, std::size_t count, std::size_t slot) {
-        const std::size_t n = t.size();
-        std::vector<std::int32_t> in(n * count);
-        gs::testing::fill_inputs(std::span<std::int32_t>(in), gs::reduce_op::sum, t.rank(), n);
-        const gs::device_span<std::int32_t> out(in.data() + slot * count, count);
-        gs::reduce_scatter(t, gs::device_span<const std::int32_t>(in.data(), in.size()), out,
-                           gs::op::sum, quick);
-        t.synchronize(gs::deadline::after(gs::seconds_d{20}));
-        return gs::testing::count_wrong(std::span<const std::int32_t>(out.data(), count),
-                                        gs::reduce_op::sum, n, t.rank() * count);
+        return reduce_scatter_into_slot(t, count, slot);
       });
 }
 
