@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,6 +91,30 @@ void wait_for_name(const std::string& job) {
 
 bool name_exists(const std::string& name) {
   return ::access(("/dev/shm" + name).c_str(), F_OK) == 0;
+}
+
+// Waits until the segment `name` holds a published header (its creator wrote the magic).
+bool segment_published(const std::string& name) {
+  namespace d = gs::transport::detail;
+  for (int i = 0; i < 5000; ++i) {
+    const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+    if (fd >= 0) {
+      struct stat st {};
+      bool ready = false;
+      if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= sizeof(d::seg_header)) {
+        void* p = ::mmap(nullptr, sizeof(d::seg_header), PROT_READ, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+          ready = gs::transport::detail::shared_word(static_cast<d::seg_header*>(p)->magic)
+                      .load(std::memory_order_acquire) == d::seg_header::magic_value;
+          ::munmap(p, sizeof(d::seg_header));
+        }
+      }
+      ::close(fd);
+      if (ready) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
 }
 
 // The group's ranks (threads, each with its transport) sum rank + 1: exact.
@@ -251,6 +276,46 @@ TEST_CASE("shm job id: a group killed in its bootstrap leaves names the next gro
   }
   CHECK_FALSE(name_exists(roster));
   CHECK_FALSE(name_exists(segment));
+}
+
+// The race the case above meets under load, made certain: rank 1 polls the name while it
+// is still the crashed group's complete segment, and only then does rank 0 replace it.
+TEST_CASE("shm segment: a rank waiting on a crashed group's segment attaches to its rank 0's") {
+  gs::testbed::watchdog wd(60, "crashed segment");
+  namespace d = gs::transport::detail;
+  const std::string job = job_id("stale");
+  const std::string segment = d::segment_name(job);
+  const d::shm_geometry geo = d::shm_state::geometry(options(0, 2, job));
+  const auto bootstrap = [&](std::size_t rank, std::optional<d::shm_segment>& s, std::string& why) {
+    try {
+      s.emplace(rank, geo, job, gs::deadline::after(gs::seconds_d{5}));
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  };
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // the crashed group's rank 0: publishes its segment, waits for rank 1
+    std::optional<d::shm_segment> s;
+    std::string why;
+    bootstrap(0, s, why);
+    ::_exit(0);
+  }
+  REQUIRE(segment_published(segment));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  std::optional<d::shm_segment> r0, r1;
+  std::string why0, why1;
+  std::thread t1([&] { bootstrap(1, r1, why1); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 sees the stale one
+  bootstrap(0, r0, why0);
+  t1.join();
+  INFO("rank 0: " << why0 << " / rank 1: " << why1);
+  CHECK(r0.has_value());
+  CHECK(r1.has_value());
+  CHECK_FALSE(name_exists(segment));  // unlinked once both ranks attached
 }
 
 TEST_CASE("shm job id: one id serves group after group while ranks leave out of step") {

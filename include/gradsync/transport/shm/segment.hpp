@@ -63,6 +63,9 @@ struct seg_header {
   std::uint64_t total_bytes;
   std::uint32_t attached;  // ranks that have mapped the segment (n + 1: name unlinked)
   std::uint32_t creator_pid;
+  // The creator's /proc start time: a segment whose creator is gone is a crashed group's,
+  // which this group's rank 0 is about to replace; a rank waits instead of attaching.
+  std::uint64_t creator_start;
   // The first rank whose sizes differ from geo claims refused_by (rank + 1), writes its
   // sizes, then sets refused_ready: the ranks waiting for the others to attach fail at
   // once with the mismatch instead of at the bootstrap deadline.
@@ -191,8 +194,8 @@ class shm_segment {
 
   GRADSYNC_DECL void attach(deadline until);
 
-  // True once rank 0 has published the header; throws errc::mismatch (closing fd) when
-  // its geometry differs from this rank's.
+  // True once a live rank 0 has published the header (a dead creator's is a crashed
+  // group's); throws errc::mismatch (closing fd) when its geometry differs from this rank's.
   GRADSYNC_DECL bool header_ready(int fd);
 
   GRADSYNC_DECL bool same_geometry(const shm_geometry& g) const;

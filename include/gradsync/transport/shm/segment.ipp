@@ -158,17 +158,25 @@ GRADSYNC_DECL void shm_segment::create() {
   h.geo = layout_.geo;
   h.total_bytes = layout_.total;
   h.creator_pid = static_cast<std::uint32_t>(::getpid());
+  char state = '?';
+  read_proc_stat(::getpid(), h.creator_start, state);
   shared_word(h.magic).store(seg_header::magic_value, std::memory_order_release);
 }
 
 GRADSYNC_DECL void shm_segment::attach(deadline until) {
-  int fd = -1;
   for (;;) {  // rank 0 may not have created (or sized, or initialized) it yet
-    if (fd < 0) fd = ::shm_open(name_.c_str(), O_RDWR, 0);
+    // Opened anew on every try: the name may still be a crashed group's segment, which
+    // this group's rank 0 unlinks and creates again.
+    const int fd = ::shm_open(name_.c_str(), O_RDWR, 0);
     if (fd < 0 && errno != ENOENT) fail_errno("shm_open");
     if (fd >= 0) {
       struct stat st {};
-      if (::fstat(fd, &st) != 0) fail_errno("fstat");
+      if (::fstat(fd, &st) != 0) {
+        const int e = errno;
+        ::close(fd);
+        errno = e;
+        fail_errno("fstat");
+      }
       if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
         ::close(fd);
         fail(errc::transport, "is not private to this user (owner or mode differ from 0600)");
@@ -185,9 +193,9 @@ GRADSYNC_DECL void shm_segment::attach(deadline until) {
                                  std::to_string(st.st_size) + " bytes, this rank expects " +
                                  std::to_string(layout_.total) + ")");
       }
+      ::close(fd);
     }
     if (until.expired()) {
-      if (fd >= 0) ::close(fd);
       fail(errc::timeout,
            "rank 0 did not create the segment before the bootstrap deadline "
            "(is rank 0 running with the same GRADSYNC_SHM_JOB and size?)");
@@ -201,8 +209,10 @@ GRADSYNC_DECL bool shm_segment::header_ready(int fd) {
   void* p = ::mmap(nullptr, page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return false;
   auto* h = static_cast<seg_header*>(p);
+  // A crashed group's segment (its creator is gone) is not this group's, whatever it holds.
   const bool ready =
-      shared_word(h->magic).load(std::memory_order_acquire) == seg_header::magic_value;
+      shared_word(h->magic).load(std::memory_order_acquire) == seg_header::magic_value &&
+      process_alive(static_cast<int>(h->creator_pid), h->creator_start);
   const shm_geometry g = h->geo;
   const bool differs = ready && !same_geometry(g);
   if (differs) refuse(*h);
