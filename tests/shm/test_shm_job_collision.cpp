@@ -9,13 +9,17 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include <chrono>
 #include <optional>
@@ -115,6 +119,19 @@ bool segment_published(const std::string& name) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return false;
+}
+
+// One line from the pipe `fd` ("" at EOF): what a forked process reports.
+std::string read_line(int fd) {
+  std::string line;
+  char c = 0;
+  while (::read(fd, &c, 1) == 1 && c != '\n') line += c;
+  return line;
+}
+
+void write_line(int fd, const std::string& s) {
+  const std::string line = s + "\n";
+  if (::write(fd, line.data(), line.size()) < 0) ::_exit(3);
 }
 
 // The group's ranks (threads, each with its transport) sum rank + 1: exact.
@@ -367,4 +384,89 @@ TEST_CASE("shm job id: a group's rank 0 removes the rosters other ids' dead jobs
     CHECK_FALSE(name_exists(left));  // removed by this group's rank 0
     expect_sum(a);
   }
+}
+
+// Containers that share /dev/shm (docker --ipc=host or --ipc=container:NAME, a Kubernetes
+// pod) have PID namespaces of their own: a roster's pids and start times mean nothing
+// outside its creator's. Its group here is a forked process that is pid 1 of a new PID
+// namespace with its own /proc, as a container's first process (root only).
+TEST_CASE("shm job id: a roster made in another PID namespace is neither swept nor joined") {
+  gs::testbed::watchdog wd(60, "another PID namespace");
+  namespace d = gs::transport::detail;
+  const std::string job = job_id("container");
+  const std::string roster = d::roster_name(job);
+  int ready[2], hold[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(hold) == 0);
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    ::close(hold[1]);
+    if (::unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) {
+      write_line(ready[1], std::string("skip: unshare(CLONE_NEWPID): ") + std::strerror(errno));
+      ::_exit(0);
+    }
+    const pid_t init = ::fork();
+    if (init == 0) {  // pid 1 of the new namespace: its /proc, then rank 0's claim on `job`
+      if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+          ::mount("proc", "/proc", "proc", 0, nullptr) != 0) {
+        write_line(ready[1], std::string("skip: mounting a /proc: ") + std::strerror(errno));
+        ::_exit(0);
+      }
+      try {
+        d::shm_roster r(0, 2, job, gs::deadline::after(gs::seconds_d{5}));
+        write_line(ready[1], "holding");
+        (void)read_line(hold[0]);  // until the test closes its end
+      } catch (const std::exception& e) {
+        write_line(ready[1], std::string("error: ") + e.what());
+      }
+      ::_exit(0);
+    }
+    ::close(ready[1]);  // only pid 1 reports: EOF if it dies first
+    ::close(hold[0]);
+    int status = 0;
+    if (init > 0) ::waitpid(init, &status, 0);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(hold[0]);
+  const std::string said = read_line(ready[0]);
+  ::close(ready[0]);
+  auto finish = [&] {
+    ::close(hold[1]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+  };
+  if (said.rfind("skip: ", 0) == 0) {
+    MESSAGE("skipped (needs root): " << said.substr(6));
+    finish();
+    return;
+  }
+  REQUIRE_MESSAGE(said == "holding", said);
+  // A group of another id forms here: its rank 0's sweep leaves the live roster alone.
+  {
+    std::vector<std::optional<shm>> a = form_group(2, job_id("beside"));
+    expect_sum(a);
+  }
+  CHECK(name_exists(roster));
+  // A process here with the same id is refused, naming the namespaces and both causes.
+  for (std::size_t rank : {std::size_t{1}, std::size_t{0}}) {
+    INFO("rank " << rank);
+    try {
+      d::shm_roster r(rank, 2, job, gs::deadline::after(gs::seconds_d{2}));
+      FAIL("a roster made in another PID namespace was joined or replaced");
+    } catch (const gs::error& e) {
+      CHECK(e.code() == gs::errc::transport);
+      const std::string w = e.what();
+      CHECK(w.find("was created by a process in another PID namespace (pid:[") !=
+            std::string::npos);
+      CHECK(w.find("uses the same job id (GRADSYNC_SHM_JOB '" + job + "')") != std::string::npos);
+      CHECK(w.find("remove /dev/shm" + roster) != std::string::npos);
+    }
+  }
+  CHECK(name_exists(roster));
+  finish();  // its holder leaves: the last one out removes the name
+  CHECK_FALSE(name_exists(roster));
 }

@@ -39,8 +39,8 @@ struct roster_header {
   std::uint32_t retired;       // set by the one process that removes the name
   std::uint32_t poisoned;      // set by the first process that found its rank taken ...
   std::uint32_t poison_ready;  // ... once it has written `poison`
-  std::uint32_t pad;
-  char poison[480];  // why the group must stop, NUL-terminated
+  std::uint32_t pid_ns;        // the creator's PID namespace (pid_namespace(); 0: unknown)
+  char poison[480];            // why the group must stop, NUL-terminated
 };
 
 /// The roster's name: the segment's, with a suffix no job id can produce.
@@ -100,6 +100,9 @@ class shm_roster {
   GRADSYNC_DECL bool open_existing(deadline until);
   // True when no claimant of the mapped roster is alive: it is a crashed group's.
   GRADSYNC_DECL bool stale() const;
+  // False when the roster's creator is in another PID namespace (a container sharing
+  // /dev/shm): its claims' pids mean nothing here, so it is neither judged nor joined.
+  GRADSYNC_DECL bool same_pid_namespace() const;
   GRADSYNC_DECL void unmap();
   // Writes the first poison; later ones are dropped (the first names the collision).
   GRADSYNC_DECL void post_poison(const std::string& why) const;

@@ -86,6 +86,7 @@ GRADSYNC_DECL bool shm_roster::create() {
   mapped_ = bytes;
   roster_header& h = header();
   h.ranks = ranks_;
+  h.pid_ns = pid_namespace();
   std::uint64_t start = 0;
   char st = '?';
   read_proc_stat(::getpid(), start, st);
@@ -127,7 +128,7 @@ GRADSYNC_DECL void shm_roster::sweep_stale() const {
     const bool whole =
         shared_word(h.magic).load(std::memory_order_acquire) == roster_header::magic_value &&
         h.ranks > 0 && h.ranks <= (other.mapped_ - sizeof(roster_header)) / sizeof(roster_claim);
-    if (whole && other.stale()) other.retire();
+    if (whole && other.same_pid_namespace() && other.stale()) other.retire();
   }  // `other` unmaps its view (it holds no claim)
   ::closedir(dir);
 }
@@ -183,9 +184,26 @@ GRADSYNC_DECL bool shm_roster::open_existing(deadline until) {
     fail(errc::transport, "holds " + std::to_string(n) + " ranks, which its " +
                               std::to_string(mapped_) + " bytes cannot: it is corrupt");
   }
-  if (!stale() && shared_word(header().retired).load(std::memory_order_acquire) == 0) return true;
-  // A crashed group's roster (every claimant exited): rank 0 removes it and creates its
-  // own; the other ranks wait for that one.
+  const bool retired = shared_word(header().retired).load(std::memory_order_acquire) != 0;
+  if (!retired && !same_pid_namespace()) {
+    // Counted as settled first: that group's bootstrap waits for every opener to settle.
+    shared_word(header().settled).fetch_add(1, std::memory_order_acq_rel);
+    fail(errc::transport,
+         "was created by a process in another PID namespace (pid:[" +
+             std::to_string(header().pid_ns) + "]; this process is in pid:[" +
+             std::to_string(pid_namespace()) +
+             "]), whose process ids mean nothing here: either a job in another container "
+             "that shares /dev/shm uses the same job id (GRADSYNC_SHM_JOB '" +
+             job_ +
+             "'), or this group's ranks run in different containers. An shm group's ranks "
+             "must share a PID namespace (one container; docker --pid=container:NAME; "
+             "Kubernetes shareProcessNamespace), and jobs that share /dev/shm need their own "
+             "ids; if that container is gone, remove /dev/shm" +
+             name_);
+  }
+  if (!retired && !stale()) return true;
+  // A crashed group's roster (every claimant exited), or one being removed: rank 0
+  // removes it and creates its own; the other ranks wait for that one.
   shared_word(header().settled).fetch_add(1, std::memory_order_acq_rel);
   if (rank_ == 0) retire();
   unmap();
@@ -203,6 +221,11 @@ GRADSYNC_DECL bool shm_roster::stale() const {
     }
   }
   return true;
+}
+
+GRADSYNC_DECL bool shm_roster::same_pid_namespace() const {
+  const std::uint32_t theirs = header().pid_ns;
+  return theirs == 0 || theirs == pid_namespace();
 }
 
 GRADSYNC_DECL bool shm_roster::retire() const {

@@ -139,6 +139,10 @@ GRADSYNC_DECL bool read_proc_stat(int pid, std::uint64_t& start, char& state);
 /// is an unreaped zombie), or its pid now belongs to another process.
 GRADSYNC_DECL bool process_alive(int pid, std::uint64_t start);
 
+/// The inode of this process's PID namespace (/proc/self/ns/pid), 0 when unknown: pids
+/// and start times mean the same only between processes of one namespace.
+GRADSYNC_DECL std::uint32_t pid_namespace();
+
 /// The segment name for a job: "/gradsync-<uid>-<job>", with the job id restricted to
 /// [A-Za-z0-9._-] so any launcher-provided id maps to a valid name.
 GRADSYNC_DECL std::string segment_name(std::string_view job);

@@ -37,6 +37,12 @@ GRADSYNC_DECL bool process_alive(int pid, std::uint64_t start) {
   return start == 0 || now_start == start;
 }
 
+GRADSYNC_DECL std::uint32_t pid_namespace() {
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return static_cast<std::uint32_t>(st.st_ino);  // the kernel's ns inode numbers are 32-bit
+}
+
 GRADSYNC_DECL std::string segment_name(std::string_view job) {
   std::string name = "/gradsync-" + std::to_string(::geteuid()) + "-";
   for (char c : job.substr(0, 200)) {
