@@ -5,9 +5,11 @@
 // segment's mode (0600) and its removal from /dev/shm.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -606,9 +608,152 @@ TEST_CASE("shm: bootstrap errors are reported, and leave nothing in /dev/shm") {
       CHECK_MESSAGE(m.find("1 of " + std::to_string(size) + " ranks attached") != std::string::npos,
                     m);
       CHECK_MESSAGE(m.find(missing) != std::string::npos, m);
+      CHECK_MESSAGE(
+          m.find("; rank 1 never claimed its place in the job id's roster (not "
+                 "started, or started with another GRADSYNC_SHM_JOB)") != std::string::npos,
+          m);
     }
     CHECK_FALSE(gs::testbed::segment_exists(job));
   }
+}
+
+namespace {
+
+bool shm_name_exists(const std::string& name) {
+  return ::access(("/dev/shm" + name).c_str(), F_OK) == 0;
+}
+
+// The pid that holds rank r's place in the roster `name` (0: free, or no roster yet).
+int roster_claimant(const std::string& name, std::size_t r) {
+  namespace d = gs::transport::detail;
+  const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) return 0;
+  int pid = 0;
+  struct stat st {};
+  const std::size_t need = sizeof(d::roster_header) + (r + 1) * sizeof(d::roster_claim);
+  if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= need) {
+    void* p = ::mmap(nullptr, need, PROT_READ, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+      auto* c =
+          reinterpret_cast<d::roster_claim*>(static_cast<std::byte*>(p) + sizeof(d::roster_header));
+      pid = d::shared_word(c[r].pid).load(std::memory_order_acquire);
+      ::munmap(p, need);
+    }
+  }
+  ::close(fd);
+  return pid;
+}
+
+void await_claim(const std::string& roster, std::size_t r) {
+  while (roster_claimant(roster, r) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+// Makes rank `rank` of `size` of `job` with a 30 s bootstrap deadline; keeps its error.
+void bootstrap(std::size_t rank, std::size_t size, const std::string& job, int& code,
+               std::string& why) {
+  gs::transport::shm_options o;
+  o.rank = rank;
+  o.size = size;
+  o.job = job;
+  o.bootstrap_timeout = gs::seconds_d(30);
+  try {
+    gs::transport::shm t(o);
+    why = "the group formed";
+  } catch (const gs::error& e) {
+    code = static_cast<int>(e.code());
+    why = e.what();
+  }
+}
+
+double seconds_since(steady::time_point t0) {
+  return std::chrono::duration<double>(steady::now() - t0).count();
+}
+
+}  // namespace
+
+// A crash between a rank's roster claim and its segment: the ranks waiting for it learn
+// it from the roster, well before their 30 s deadline.
+TEST_CASE("shm bootstrap: a rank that claimed its place and exited stops the others at once") {
+  gs::testbed::watchdog wd(60, "claimed and exited");
+  namespace d = gs::transport::detail;
+  const std::string job = gs::testbed::unique_job("claimed");
+  const std::string roster = d::roster_name(job);
+  std::vector<int> code(2, -1);
+  std::vector<std::string> why(2);
+  const auto t0 = steady::now();
+  std::vector<std::thread> th;
+  for (std::size_t r = 0; r < 2; ++r) {
+    th.emplace_back([&, r] { bootstrap(r, 3, job, code[r], why[r]); });
+  }
+  await_claim(roster, 0);
+  await_claim(roster, 1);
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // rank 2: claims its place, then exits without its destructors
+    try {
+      d::shm_roster claim(2, 3, job, gs::deadline::after(gs::seconds_d{5}));
+      ::_exit(0);
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  for (auto& t : th) t.join();
+  CHECK(seconds_since(t0) < 15);
+  for (std::size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << why[r]);
+    CHECK(code[r] == static_cast<int>(gs::errc::peer_lost));
+    CHECK(why[r].find("rank 2 (pid " + std::to_string(child) +
+                      ") claimed its place in the job id's roster and exited before attaching "
+                      "the segment: the group cannot form") != std::string::npos);
+  }
+  CHECK_FALSE(gs::testbed::segment_exists(job));
+  CHECK_FALSE(shm_name_exists(roster));
+}
+
+TEST_CASE("shm bootstrap: rank 0 exiting before it creates the segment stops rank 1 at once") {
+  gs::testbed::watchdog wd(60, "rank 0 exited");
+  namespace d = gs::transport::detail;
+  const std::string job = gs::testbed::unique_job("creator");
+  const std::string roster = d::roster_name(job);
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // rank 0: creates the roster, then exits holding it, before any segment
+    ::close(go[1]);
+    try {
+      d::shm_roster claim(0, 2, job, gs::deadline::after(gs::seconds_d{5}));
+      char c = 0;
+      (void)::read(go[0], &c, 1);  // until the test closes its end
+      ::_exit(0);
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  ::close(go[0]);
+  await_claim(roster, 0);
+  int code = -1;
+  std::string why;
+  const auto t0 = steady::now();
+  std::thread rank1([&] { bootstrap(1, 2, job, code, why); });
+  await_claim(roster, 1);  // rank 1 holds its place and waits for the segment
+  ::close(go[1]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  rank1.join();
+  CHECK(seconds_since(t0) < 15);
+  INFO(why);
+  CHECK(code == static_cast<int>(gs::errc::peer_lost));
+  CHECK(why.find("rank 0 (pid " + std::to_string(child) +
+                 ") claimed its place in the job id's roster and exited before creating the "
+                 "segment: the group cannot form") != std::string::npos);
+  CHECK_FALSE(shm_name_exists(roster));
 }
 
 TEST_CASE("shm: the spin policy drops the long spin when waits outlast it, and probes again") {

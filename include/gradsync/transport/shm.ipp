@@ -119,7 +119,7 @@ GRADSYNC_DECL shm_state::shm_state(const shm_options& o)
 
 GRADSYNC_DECL shm_state::shm_state(const shm_options& o, deadline until)
     : roster_(o.rank, geometry(o).ranks, o.job, until),
-      seg_(o.rank, geometry(o), o.job, until),
+      seg_(o.rank, geometry(o), o.job, until, &roster_),
       rank_(o.rank),
       size_(o.size),
       p2p_(seg_, o.rank),

@@ -47,7 +47,7 @@ struct roster_header {
 GRADSYNC_DECL std::string roster_name(std::string_view job);
 
 /// This process's claim on rank `rank` of a job id's roster, held until destruction.
-class shm_roster {
+class shm_roster final : public rank_whereabouts {
  public:
   /// Rank 0 creates the roster (replacing one whose claimants have all exited); the
   /// others wait for it until `until`. Throws errc::transport naming the collision when
@@ -66,6 +66,12 @@ class shm_roster {
 
   /// The collision that stops this group, or empty: one load while nothing is wrong.
   std::string poison() const;
+
+  /// For the bootstrap's waits (shm_segment): rank r claimed its place and then exited
+  /// or closed its transport ("" otherwise) ...
+  GRADSYNC_DECL std::string gone(std::size_t r) const override;
+  /// ... and, at the deadline, whether it ever claimed its place.
+  GRADSYNC_DECL std::string seen(std::size_t r) const override;
 
   const std::string& name() const { return name_; }
 

@@ -147,12 +147,27 @@ GRADSYNC_DECL std::uint32_t pid_namespace();
 /// [A-Za-z0-9._-] so any launcher-provided id maps to a valid name.
 GRADSYNC_DECL std::string segment_name(std::string_view job);
 
+/// What the job id's roster (shm_roster) knows of a rank the bootstrap still waits for.
+class rank_whereabouts {
+ public:
+  /// Why rank r will never attach ("" while it may): it claimed its place and exited.
+  virtual std::string gone(std::size_t r) const = 0;
+  /// Rank r at the bootstrap deadline: it never claimed its place, or which pid holds it.
+  virtual std::string seen(std::size_t r) const = 0;
+
+ protected:
+  ~rank_whereabouts() = default;
+};
+
 /// A mapped segment. Rank 0 creates it; the others attach; the last one to attach
 /// unlinks the name. Unmapped on destruction.
 class shm_segment {
  public:
+  /// `roster` (optional): a rank it says is gone stops the bootstrap at once
+  /// (errc::peer_lost) instead of at `until`, and the deadline's error says where the
+  /// missing ranks are.
   GRADSYNC_DECL shm_segment(std::size_t rank, const shm_geometry& geo, std::string_view job,
-                            deadline until);
+                            deadline until, const rank_whereabouts* roster = nullptr);
   shm_segment(const shm_segment&) = delete;
   shm_segment& operator=(const shm_segment&) = delete;
   GRADSYNC_DECL ~shm_segment();
@@ -196,7 +211,7 @@ class shm_segment {
 
   GRADSYNC_DECL void create();
 
-  GRADSYNC_DECL void attach(deadline until);
+  GRADSYNC_DECL void attach(deadline until, const rank_whereabouts* roster);
 
   // True once a live rank 0 has published the header (a dead creator's is a crashed
   // group's); throws errc::mismatch (closing fd) when its geometry differs from this rank's.
@@ -214,7 +229,7 @@ class shm_segment {
   // attach, and waits until every rank has attached and the name is gone: the last rank
   // counts itself only after its shm_unlink (n - 1 -> n + 1, skipping n), so no rank
   // returns while the name still exists.
-  GRADSYNC_DECL void announce(deadline until);
+  GRADSYNC_DECL void announce(deadline until, const rank_whereabouts* roster);
 
   shm_layout layout_;
   std::string name_;

@@ -54,15 +54,16 @@ GRADSYNC_DECL std::string segment_name(std::string_view job) {
 }
 
 GRADSYNC_DECL shm_segment::shm_segment(std::size_t rank, const shm_geometry& geo,
-                                       std::string_view job, deadline until)
+                                       std::string_view job, deadline until,
+                                       const rank_whereabouts* roster)
     : layout_(geo), name_(segment_name(job)), rank_(rank) {
   try {
     if (rank == 0) {
       create();
     } else {
-      attach(until);
+      attach(until, roster);
     }
-    announce(until);
+    announce(until, roster);
   } catch (...) {
     if (base_) ::munmap(base_, layout_.total);
     // A failed bootstrap must not leave its name behind, but only the rank that created
@@ -169,7 +170,8 @@ GRADSYNC_DECL void shm_segment::create() {
   shared_word(h.magic).store(seg_header::magic_value, std::memory_order_release);
 }
 
-GRADSYNC_DECL void shm_segment::attach(deadline until) {
+GRADSYNC_DECL void shm_segment::attach(deadline until, const rank_whereabouts* roster) {
+  auto next_look = clock::now();
   for (;;) {  // rank 0 may not have created (or sized, or initialized) it yet
     // Opened anew on every try: the name may still be a crashed group's segment, which
     // this group's rank 0 unlinks and creates again.
@@ -200,6 +202,12 @@ GRADSYNC_DECL void shm_segment::attach(deadline until) {
                                  std::to_string(layout_.total) + ")");
       }
       ::close(fd);
+    }
+    if (roster && clock::now() >= next_look) {  // /proc reads: every 20 ms
+      if (const std::string g = roster->gone(0); !g.empty()) {
+        fail(errc::peer_lost, g + " before creating the segment: the group cannot form");
+      }
+      next_look = clock::now() + std::chrono::milliseconds(20);
     }
     if (until.expired()) {
       fail(errc::timeout,
@@ -254,7 +262,7 @@ GRADSYNC_DECL void shm_segment::check_geometry(const shm_geometry& g) const {
   }
 }
 
-GRADSYNC_DECL void shm_segment::announce(deadline until) {
+GRADSYNC_DECL void shm_segment::announce(deadline until, const rank_whereabouts* roster) {
   rank_ctl& c = ctl(rank_);
   std::uint64_t start = 0;
   char st = '?';
@@ -278,6 +286,7 @@ GRADSYNC_DECL void shm_segment::announce(deadline until) {
     ::shm_unlink(name_.c_str());
     attached.fetch_add(1, std::memory_order_acq_rel);  // n + 1: attached and unlinked
   }
+  auto next_look = clock::now();
   while (attached.load(std::memory_order_acquire) <= n) {
     seg_header& h = header();
     if (shared_word(h.refused_ready).load(std::memory_order_acquire) != 0) {
@@ -286,19 +295,32 @@ GRADSYNC_DECL void shm_segment::announce(deadline until) {
                                describe(h.geo) +
                                " (every rank must pass the same shm_options sizes)");
     }
+    if (roster && clock::now() >= next_look) {  // a rank that claimed its place and died
+      for (std::size_t r = 0; r < n; ++r) {
+        if (shared_word(ctl(r).state).load(std::memory_order_acquire) != rs_absent) continue;
+        // A rank that refused the sizes posted that before it closed its transport: the
+        // mismatch is the better message, on the next turn.
+        if (const std::string g = roster->gone(r);
+            !g.empty() && shared_word(h.refused_ready).load(std::memory_order_acquire) == 0) {
+          fail(errc::peer_lost, g + " before attaching the segment: the group cannot form");
+        }
+      }
+      next_look = clock::now() + std::chrono::milliseconds(20);
+    }
     if (until.expired()) {
       const std::uint32_t seen = std::min(attached.load(), n);
-      std::string missing;  // the ranks that never attached, named
+      std::string missing, where;  // the ranks that never attached, named
       std::size_t absent = 0;
       for (std::size_t r = 0; r < n; ++r) {
         if (shared_word(ctl(r).state).load(std::memory_order_acquire) == rs_absent) {
           missing += (missing.empty() ? "" : ", ") + std::to_string(r);
           ++absent;
+          if (roster) where += "; " + roster->seen(r);
         }
       }
       fail(errc::timeout, "only " + std::to_string(seen) + " of " + std::to_string(n) +
                               " ranks attached before the bootstrap deadline (missing: " +
-                              (absent == 1 ? "rank " : "ranks ") + missing + ")");
+                              (absent == 1 ? "rank " : "ranks ") + missing + ")" + where);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
