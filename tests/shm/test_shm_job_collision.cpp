@@ -393,6 +393,10 @@ TEST_CASE("shm job id: a group's rank 0 removes the rosters other ids' dead jobs
 TEST_CASE("shm job id: a roster made in another PID namespace is neither swept nor joined") {
   gs::testbed::watchdog wd(60, "another PID namespace");
   namespace d = gs::transport::detail;
+  if (d::pid_namespace() == 0) {  // the library cannot tell namespaces apart either
+    MESSAGE("skipped: /proc/self/ns/pid cannot be read here");
+    return;
+  }
   const std::string job = job_id("container");
   const std::string roster = d::roster_name(job);
   int ready[2], hold[2];
