@@ -4,8 +4,10 @@
 // on (a group cannot mix on rank 0's account). A second process of a rank above 0 is
 // refused and stops the group too, during its bootstrap or at its next call, before any
 // data moves: that group may hold ranks of both jobs. A crashed group's roster and
-// segment are replaced by the next group with the id. Ranks are threads here (each maps
-// the segment itself), except the crashed group, a child process killed mid-bootstrap.
+// segment are replaced by the next group with the id. A roster made in another PID
+// namespace (a container sharing /dev/shm) is neither swept nor joined. Ranks are threads
+// here (each maps the segment itself), except the crashed group, a child process killed
+// mid-bootstrap, and the other namespace's, a forked pid 1.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -108,7 +110,7 @@ bool segment_published(const std::string& name) {
       if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= sizeof(d::seg_header)) {
         void* p = ::mmap(nullptr, sizeof(d::seg_header), PROT_READ, MAP_SHARED, fd, 0);
         if (p != MAP_FAILED) {
-          ready = gs::transport::detail::shared_word(static_cast<d::seg_header*>(p)->magic)
+          ready = d::shared_word(static_cast<d::seg_header*>(p)->magic)
                       .load(std::memory_order_acquire) == d::seg_header::magic_value;
           ::munmap(p, sizeof(d::seg_header));
         }
