@@ -204,10 +204,14 @@ std::vector<rank_outcome> fork_ranks(std::size_t n, const std::string& job, Body
   return out;
 }
 
+/// True when /dev/shm holds the shm object `name` ("/gradsync-...": a segment or roster).
+inline bool shm_name_exists(const std::string& name) {
+  return ::access(("/dev/shm" + name).c_str(), F_OK) == 0;
+}
+
 /// True when /dev/shm still holds the segment of `job`.
 inline bool segment_exists(const std::string& job) {
-  const std::string path = "/dev/shm" + transport::detail::segment_name(job);
-  return ::access(path.c_str(), F_OK) == 0;
+  return shm_name_exists(transport::detail::segment_name(job));
 }
 
 }  // namespace gradsync::testbed

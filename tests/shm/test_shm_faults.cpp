@@ -619,10 +619,6 @@ TEST_CASE("shm: bootstrap errors are reported, and leave nothing in /dev/shm") {
 
 namespace {
 
-bool shm_name_exists(const std::string& name) {
-  return ::access(("/dev/shm" + name).c_str(), F_OK) == 0;
-}
-
 // The pid that holds rank r's place in the roster `name` (0: free, or no roster yet).
 int roster_claimant(const std::string& name, std::size_t r) {
   namespace d = gs::transport::detail;
@@ -711,7 +707,7 @@ TEST_CASE("shm bootstrap: a rank that claimed its place and exited stops the oth
                       "the segment: the group cannot form") != std::string::npos);
   }
   CHECK_FALSE(gs::testbed::segment_exists(job));
-  CHECK_FALSE(shm_name_exists(roster));
+  CHECK_FALSE(gs::testbed::shm_name_exists(roster));
 }
 
 TEST_CASE("shm bootstrap: rank 0 exiting before it creates the segment stops rank 1 at once") {
@@ -753,7 +749,7 @@ TEST_CASE("shm bootstrap: rank 0 exiting before it creates the segment stops ran
   CHECK(why.find("rank 0 (pid " + std::to_string(child) +
                  ") claimed its place in the job id's roster and exited before creating the "
                  "segment: the group cannot form") != std::string::npos);
-  CHECK_FALSE(shm_name_exists(roster));
+  CHECK_FALSE(gs::testbed::shm_name_exists(roster));
 }
 
 TEST_CASE("shm: the spin policy drops the long spin when waits outlast it, and probes again") {

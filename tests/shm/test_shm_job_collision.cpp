@@ -34,9 +34,11 @@
 #include <gradsync/allreduce.hpp>
 #include <gradsync/transport/shm.hpp>
 
+#include "fork_ranks.hpp"
 #include "watchdog.hpp"
 
 namespace gs = gradsync;
+using gs::testbed::shm_name_exists;
 using gs::transport::shm;
 using gs::transport::shm_options;
 
@@ -93,10 +95,6 @@ void wait_for_name(const std::string& job) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   FAIL("the segment " << name << " never appeared");
-}
-
-bool name_exists(const std::string& name) {
-  return ::access(("/dev/shm" + name).c_str(), F_OK) == 0;
 }
 
 // Waits until the segment `name` holds a published header (its creator wrote the magic).
@@ -208,10 +206,11 @@ TEST_CASE("shm job id collision: a second rank 0 is refused and the first job go
     INFO(why[0] << " / " << why[1]);
     REQUIRE(a[0].has_value());
     REQUIRE(a[1].has_value());
-    CHECK(name_exists(gs::transport::detail::roster_name(job)));  // held while the group runs
+    CHECK(shm_name_exists(gs::transport::detail::roster_name(job)));  // held while the group runs
     expect_sum(a);
   }
-  CHECK_FALSE(name_exists(gs::transport::detail::roster_name(job)));  // the last one out removed it
+  CHECK_FALSE(
+      shm_name_exists(gs::transport::detail::roster_name(job)));  // the last one out removed it
 }
 
 TEST_CASE("shm job id collision: a second rank 1 during the bootstrap stops both") {
@@ -243,8 +242,8 @@ TEST_CASE("shm job id collision: a second rank 1 during the bootstrap stops both
     CHECK(why[r].find("two jobs use the same job id (GRADSYNC_SHM_JOB '" + job + "')") !=
           std::string::npos);
   }
-  CHECK_FALSE(name_exists(gs::transport::detail::roster_name(job)));
-  CHECK_FALSE(name_exists(gs::transport::detail::segment_name(job)));
+  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
+  CHECK_FALSE(shm_name_exists(gs::transport::detail::segment_name(job)));
 }
 
 TEST_CASE("shm job id collision: a second rank 1 after the bootstrap stops the group's next call") {
@@ -262,7 +261,7 @@ TEST_CASE("shm job id collision: a second rank 1 after the bootstrap stops the g
   expect_stopped(a);
   a[0].reset();
   a[1].reset();
-  CHECK_FALSE(name_exists(gs::transport::detail::roster_name(job)));
+  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
 }
 
 TEST_CASE("shm job id: a group killed in its bootstrap leaves names the next group replaces") {
@@ -280,21 +279,21 @@ TEST_CASE("shm job id: a group killed in its bootstrap leaves names the next gro
     }
     ::_exit(0);
   }
-  for (int i = 0; i < 5000 && !name_exists(segment); ++i) {
+  for (int i = 0; i < 5000 && !shm_name_exists(segment); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  REQUIRE(name_exists(segment));
+  REQUIRE(shm_name_exists(segment));
   ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);
-  REQUIRE(name_exists(roster));  // left behind, with a claim of a dead process
-  REQUIRE(name_exists(segment));
+  REQUIRE(shm_name_exists(roster));  // left behind, with a claim of a dead process
+  REQUIRE(shm_name_exists(segment));
   {
     std::vector<std::optional<shm>> a = form_group(2, job);
     expect_sum(a);
   }
-  CHECK_FALSE(name_exists(roster));
-  CHECK_FALSE(name_exists(segment));
+  CHECK_FALSE(shm_name_exists(roster));
+  CHECK_FALSE(shm_name_exists(segment));
 }
 
 // The race the case above meets under load, made certain: rank 1 polls the name while it
@@ -334,7 +333,7 @@ TEST_CASE("shm segment: a rank waiting on a crashed group's segment attaches to 
   INFO("rank 0: " << why0 << " / rank 1: " << why1);
   CHECK(r0.has_value());
   CHECK(r1.has_value());
-  CHECK_FALSE(name_exists(segment));  // unlinked once both ranks attached
+  CHECK_FALSE(shm_name_exists(segment));  // unlinked once both ranks attached
 }
 
 TEST_CASE("shm job id: one id serves group after group while ranks leave out of step") {
@@ -364,7 +363,7 @@ TEST_CASE("shm job id: one id serves group after group while ranks leave out of 
   INFO(why[0] << " / " << why[1]);
   CHECK(right[0] == rounds);
   CHECK(right[1] == rounds);
-  CHECK_FALSE(name_exists(gs::transport::detail::roster_name(job)));
+  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
 }
 
 TEST_CASE("shm job id: a group's rank 0 removes the rosters other ids' dead jobs left") {
@@ -380,10 +379,10 @@ TEST_CASE("shm job id: a group's rank 0 removes the rosters other ids' dead jobs
   }
   int status = 0;
   ::waitpid(child, &status, 0);
-  REQUIRE(name_exists(left));  // no later group of that id will replace it
+  REQUIRE(shm_name_exists(left));  // no later group of that id will replace it
   {
     std::vector<std::optional<shm>> a = form_group(2, job);
-    CHECK_FALSE(name_exists(left));  // removed by this group's rank 0
+    CHECK_FALSE(shm_name_exists(left));  // removed by this group's rank 0
     expect_sum(a);
   }
 }
@@ -456,7 +455,7 @@ TEST_CASE("shm job id: a roster made in another PID namespace is neither swept n
     std::vector<std::optional<shm>> a = form_group(2, job_id("beside"));
     expect_sum(a);
   }
-  CHECK(name_exists(roster));
+  CHECK(shm_name_exists(roster));
   // A process here with the same id is refused, naming the namespaces and both causes.
   for (std::size_t rank : {std::size_t{1}, std::size_t{0}}) {
     INFO("rank " << rank);
@@ -472,7 +471,7 @@ TEST_CASE("shm job id: a roster made in another PID namespace is neither swept n
       CHECK(w.find("remove /dev/shm" + roster) != std::string::npos);
     }
   }
-  CHECK(name_exists(roster));
+  CHECK(shm_name_exists(roster));
   finish();  // its holder leaves: the last one out removes the name
-  CHECK_FALSE(name_exists(roster));
+  CHECK_FALSE(shm_name_exists(roster));
 }

@@ -104,6 +104,8 @@ class shm_roster final : public rank_whereabouts {
   // Opens the existing name, maps it once it is sized and counts this process as an
   // opener. False when it vanished meanwhile.
   GRADSYNC_DECL bool open_existing(deadline until);
+  // "rank r (pid P) claimed its place in the job id's roster " (gone() and seen()).
+  GRADSYNC_DECL static std::string claimant(std::size_t r, int pid);
   // True when no claimant of the mapped roster is alive: it is a crashed group's.
   GRADSYNC_DECL bool stale() const;
   // False when the roster's creator is in another PID namespace (a container sharing

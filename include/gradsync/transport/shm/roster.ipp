@@ -223,17 +223,20 @@ GRADSYNC_DECL bool shm_roster::stale() const {
   return true;
 }
 
+GRADSYNC_DECL std::string shm_roster::claimant(std::size_t r, int pid) {
+  return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) +
+         ") claimed its place in the job id's roster ";
+}
+
 GRADSYNC_DECL std::string shm_roster::gone(std::size_t r) const {
   if (!base_ || r >= header().ranks) return {};
   roster_claim& c = claim(r);
   const int pid = shared_word(c.pid).load(std::memory_order_acquire);
   if (pid == 0) return {};
-  const std::string who = "rank " + std::to_string(r) + " (pid " + std::to_string(pid) +
-                          ") claimed its place in the job id's roster and ";
   if (shared_word(c.released).load(std::memory_order_acquire) != 0) {
-    return who + "closed its transport";
+    return claimant(r, pid) + "and closed its transport";
   }
-  return process_alive(pid, c.start_time) ? std::string() : who + "exited";
+  return process_alive(pid, c.start_time) ? std::string() : claimant(r, pid) + "and exited";
 }
 
 GRADSYNC_DECL std::string shm_roster::seen(std::size_t r) const {
@@ -244,8 +247,7 @@ GRADSYNC_DECL std::string shm_roster::seen(std::size_t r) const {
            " never claimed its place in the job id's roster (not started, or started with "
            "another GRADSYNC_SHM_JOB)";
   }
-  return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) +
-         ") claimed its place in the job id's roster but did not attach";
+  return claimant(r, pid) + "but did not attach";
 }
 
 GRADSYNC_DECL bool shm_roster::same_pid_namespace() const {
