@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Registered buffers of transport::shm (shm::allocate, the per-rank heap): direct
-// two-shot reads peers' vectors in place when every rank passes one. Results must be
+// two-shot, and one-shot past its inline size, read peers' vectors in place when every
+// rank passes one. Results must be
 // exact, identical on every rank, and bitwise equal to the staged path's; a rank that
 // passes an ordinary vector sends everyone down the staged path; the heap's limits and
 // a heap-size mismatch are reported by name.
@@ -63,8 +64,9 @@ void compare_case(gs::transport::shm& t, rank_env& env, std::size_t count, bool 
 template <class A>
 void counts_for(gs::transport::shm& t, rank_env& env, bool register_it) {
   const std::size_t n = t.size();
-  for (std::size_t count :
-       {std::size_t{0}, std::size_t{1}, n - 1, n, std::size_t{9001}, std::size_t{1000003}}) {
+  // 9001 floats: past one-shot's inline size; 40000: past its registered_min_bytes.
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, n - 1, n, std::size_t{9001},
+                            std::size_t{40000}, std::size_t{1000003}}) {
     compare_case<A, float, gs::op::sum_t>(t, env, count, register_it);
     compare_case<A, double, gs::op::avg_t>(t, env, count, register_it);
     compare_case<A, gs::half, gs::op::sum_t>(t, env, count, register_it);
@@ -104,6 +106,7 @@ void run_on(std::size_t n, std::size_t unregistered_rank) {
       [unregistered_rank](gs::transport::shm& t, rank_env& env) {
         const bool reg = t.rank() != unregistered_rank;
         counts_for<gs::algo::direct_two_shot>(t, env, reg);
+        counts_for<gs::algo::direct_one_shot>(t, env, reg);
         counts_for<gs::algo::auto_select>(t, env, reg);
         counts_for<gs::algo::ring>(t, env, reg);
       },
@@ -137,6 +140,7 @@ void lying_peer_case(lying_shm& t, rank_env& env, const std::string& tag, const 
   auto in = t.allocate<float>(count);
   auto out = t.allocate<float>(count);
   auto chunk = t.allocate<float>(count / n);
+  auto big = t.allocate<float>(40000);  // one-shot reads it in place (registered_min_bytes)
   const std::size_t real = t.registered_offset(in.data(), count * sizeof(float));
   auto reset = [&] {
     gs::testing::fill_inputs(in.span(), gs::op::sum_t::id, t.rank(), n);
@@ -163,6 +167,8 @@ void lying_peer_case(lying_shm& t, rank_env& env, const std::string& tag, const 
   t.lie = lie(real);
   expect("allreduce",
          [&] { gs::allreduce<gs::algo::direct_two_shot>(t, in.span(), gs::op::sum_t{}); });
+  expect("one-shot allreduce",
+         [&] { gs::allreduce<gs::algo::direct_one_shot>(t, big.span(), gs::op::sum_t{}); });
   if (bytes_too) {
     expect("allgather",
            [&] { gs::allgather(t, std::span<const float>(chunk.span()), out.span()); });
@@ -299,5 +305,5 @@ TEST_CASE(
       },
       {.time_limit = 100, .max_records = 64, .configure = {}, .while_running = {}});
   check_registered_outcomes(out);
-  CHECK(out[0].records.size() == 13);
+  CHECK(out[0].records.size() == 16);
 }

@@ -9,7 +9,8 @@
 // data moves (these algorithms therefore skip allreduce()'s separate agree() round).
 //
 // one-shot: every rank reduces the whole vector from all ranks' copies.
-//           Small inputs travel inline in the slots: one flag round per call.
+//           Small inputs travel inline in the slots: one flag round per call. Larger
+//           ones that every rank registered take two-shot's in-place path below.
 // two-shot: the vector is cut into n slices; rank i reduces slice i from all ranks'
 //           copies (its own straight from its input), publishes it, and gathers the
 //           other slices from their owners. One flag round per chunk (+1). When every
@@ -42,7 +43,8 @@
 namespace gradsync::algo {
 
 /// One-shot: each rank reduces the whole vector from every rank's copy. One flag round
-/// per call while the input fits a slot (transport::shm: 32 KiB), else per chunk.
+/// per call while the input fits a slot (transport::shm: 32 KiB), else per chunk; above
+/// that, registered vectors go by slices (registered_min_bytes).
 struct direct_one_shot {
   static constexpr std::string_view name = "direct_one_shot";
   /// Compares the call headers in its first exchange (allreduce() skips agree()), and
@@ -50,6 +52,14 @@ struct direct_one_shot {
   /// instead of a message round.
   static constexpr algorithm_traits traits{
       .needs_peer_access = true, .checks_headers = true, .checks_finite = true};
+
+  /// From this many bytes (and past the inline size) a vector that every rank registered
+  /// (transport::shm::allocate) is reduced in place by slices, as direct_two_shot does: the
+  /// staging copy and n - 1 of the n full reads go, for one more flag round. 2 ranks: at
+  /// every size past the inline one; more: from 128 KiB (docs/perf/tuning.md).
+  static constexpr std::size_t registered_min_bytes(std::size_t ranks) {
+    return ranks <= 2 ? 0 : std::size_t{128} << 10;
+  }
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
@@ -67,7 +77,15 @@ struct direct_one_shot {
       c.finalize(c.data_, c.count_, op);
       return c.close();
     }
-    c.open(name, false);
+    // Above the inline size, a vector every rank registered is read in place, as two-shot
+    // reads it: the notes travel with the headers, so every rank takes the same path.
+    const std::size_t bytes = c.count_ * sizeof(T);
+    const std::uint64_t note = detail::registered_note(c);
+    c.open(name, false, &note, sizeof note);
+    if (bytes >= registered_min_bytes(c.n_) && detail::all_registered(c, bytes)) {
+      c.check_finite_first();
+      return detail::two_shot_registered(c, op, bytes >= detail::direct_stream_min_bytes);
+    }
     c.check_finite_first();
     const std::size_t chunk = c.half_elems();
     for (std::size_t k = 0, off = 0; off < c.count_; ++k, off += chunk) {
