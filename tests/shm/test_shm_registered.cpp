@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Registered buffers of transport::shm (shm::allocate, the per-rank heap): direct
 // two-shot, and one-shot past its inline size, read peers' vectors in place when every
-// rank passes one. Results must be
-// exact, identical on every rank, and bitwise equal to the staged path's; a rank that
-// passes an ordinary vector sends everyone down the staged path; the heap's limits and
-// a heap-size mismatch are reported by name.
+// rank passes one. Results must be exact, identical on every rank, and bitwise equal to
+// the staged path's; a rank that passes an ordinary vector sends everyone down the staged
+// path; the heap's limits and a heap-size mismatch are reported by name.
 #include <doctest/doctest.h>
 
 #include <chrono>
