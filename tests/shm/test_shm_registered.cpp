@@ -139,7 +139,8 @@ void lying_peer_case(lying_shm& t, rank_env& env, const std::string& tag, const 
   auto in = t.allocate<float>(count);
   auto out = t.allocate<float>(count);
   auto chunk = t.allocate<float>(count / n);
-  auto big = t.allocate<float>(40000);  // one-shot reads it in place (registered_min_bytes)
+  auto big = t.allocate<float>(40000);   // one-shot reads it in place (registered_min_bytes)
+  auto small = t.allocate<float>(9001);  // past inline, below 128 KiB: one-shot stages it
   const std::size_t real = t.registered_offset(in.data(), count * sizeof(float));
   auto reset = [&] {
     gs::testing::fill_inputs(in.span(), gs::op::sum_t::id, t.rank(), n);
@@ -168,6 +169,17 @@ void lying_peer_case(lying_shm& t, rank_env& env, const std::string& tag, const 
          [&] { gs::allreduce<gs::algo::direct_two_shot>(t, in.span(), gs::op::sum_t{}); });
   expect("one-shot allreduce",
          [&] { gs::allreduce<gs::algo::direct_one_shot>(t, big.span(), gs::op::sum_t{}); });
+  {  // Below registered_min_bytes (3 ranks) one-shot reads no note: exact despite the lie.
+    gs::testing::fill_inputs(small.span(), gs::op::sum_t::id, t.rank(), n);
+    std::uint64_t wrong = 1;
+    try {
+      gs::allreduce<gs::algo::direct_one_shot>(t, small.span(), gs::op::sum_t{});
+      wrong = gs::testing::count_wrong(std::span<const float>(small.span()), gs::op::sum_t::id, n);
+    } catch (const gs::error& e) {
+      std::fprintf(stderr, "rank %zu, staged one-shot: %s\n", t.rank(), e.what());
+    }
+    env.report(tag + "/staged one-shot", wrong, 0);
+  }
   if (bytes_too) {
     expect("allgather",
            [&] { gs::allgather(t, std::span<const float>(chunk.span()), out.span()); });
@@ -304,5 +316,5 @@ TEST_CASE(
       },
       {.time_limit = 100, .max_records = 64, .configure = {}, .while_running = {}});
   check_registered_outcomes(out);
-  CHECK(out[0].records.size() == 16);
+  CHECK(out[0].records.size() == 19);
 }
