@@ -6,7 +6,9 @@
 // and are killed when the run exceeds its time limit, so a hang fails instead of stalling.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <signal.h>
@@ -207,6 +209,26 @@ std::vector<rank_outcome> fork_ranks(std::size_t n, const std::string& job, Body
 /// True when /dev/shm holds the shm object `name` ("/gradsync-...": a segment or roster).
 inline bool shm_name_exists(const std::string& name) {
   return ::access(("/dev/shm" + name).c_str(), F_OK) == 0;
+}
+
+/// f(the first `bytes` of the shm object `name`, mapped read-only: f only loads), or
+/// `absent` when the object does not exist or is smaller (a segment's or roster's header,
+/// read from outside).
+template <class R, class F>
+R read_shm(const std::string& name, std::size_t bytes, R absent, F&& f) {
+  const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) return absent;
+  R r = absent;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+      r = f(static_cast<std::byte*>(p));
+      ::munmap(p, bytes);
+    }
+  }
+  ::close(fd);
+  return r;
 }
 
 /// True when /dev/shm still holds the segment of `job`.

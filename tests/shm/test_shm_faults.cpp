@@ -5,11 +5,9 @@
 // segment's mode (0600) and its removal from /dev/shm.
 #include <doctest/doctest.h>
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -622,22 +620,11 @@ namespace {
 // The pid that holds rank r's place in the roster `name` (0: free, or no roster yet).
 int roster_claimant(const std::string& name, std::size_t r) {
   namespace d = gs::transport::detail;
-  const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
-  if (fd < 0) return 0;
-  int pid = 0;
-  struct stat st {};
-  const std::size_t need = sizeof(d::roster_header) + (r + 1) * sizeof(d::roster_claim);
-  if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= need) {
-    void* p = ::mmap(nullptr, need, PROT_READ, MAP_SHARED, fd, 0);
-    if (p != MAP_FAILED) {
-      auto* c =
-          reinterpret_cast<d::roster_claim*>(static_cast<std::byte*>(p) + sizeof(d::roster_header));
-      pid = d::shared_word(c[r].pid).load(std::memory_order_acquire);
-      ::munmap(p, need);
-    }
-  }
-  ::close(fd);
-  return pid;
+  const std::size_t at = sizeof(d::roster_header) + r * sizeof(d::roster_claim);
+  return gs::testbed::read_shm(name, at + sizeof(d::roster_claim), 0, [&](std::byte* p) {
+    auto& c = *reinterpret_cast<d::roster_claim*>(p + at);
+    return static_cast<int>(d::shared_word(c.pid).load(std::memory_order_acquire));
+  });
 }
 
 void await_claim(const std::string& roster, std::size_t r) {

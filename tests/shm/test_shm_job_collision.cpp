@@ -13,9 +13,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,21 +99,11 @@ void wait_for_name(const std::string& job) {
 bool segment_published(const std::string& name) {
   namespace d = gs::transport::detail;
   for (int i = 0; i < 5000; ++i) {
-    const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
-    if (fd >= 0) {
-      struct stat st {};
-      bool ready = false;
-      if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= sizeof(d::seg_header)) {
-        void* p = ::mmap(nullptr, sizeof(d::seg_header), PROT_READ, MAP_SHARED, fd, 0);
-        if (p != MAP_FAILED) {
-          ready = d::shared_word(static_cast<d::seg_header*>(p)->magic)
-                      .load(std::memory_order_acquire) == d::seg_header::magic_value;
-          ::munmap(p, sizeof(d::seg_header));
-        }
-      }
-      ::close(fd);
-      if (ready) return true;
-    }
+    const bool ready = gs::testbed::read_shm(name, sizeof(d::seg_header), false, [](std::byte* p) {
+      auto& h = *reinterpret_cast<d::seg_header*>(p);
+      return d::shared_word(h.magic).load(std::memory_order_acquire) == d::seg_header::magic_value;
+    });
+    if (ready) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return false;
