@@ -10,6 +10,8 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
@@ -204,6 +206,58 @@ TEST_CASE("commit with element_types: the listed types run exactly, another one 
                                            "given element_types without it"),
                          gs::error);
   });
+}
+
+namespace {
+/// The ring without run_bytes: an algorithm that reduces typed.
+struct typed_ring {
+  static constexpr std::string_view name = "typed_ring";
+  static constexpr gs::algorithm_traits traits{.generic = true};
+  template <class Tr, class T, class Op>
+  static void run(Tr& t, std::span<T> data, Op op, const gs::call_context& ctx) {
+    gs::algo::ring::run(t, data, op, ctx);
+  }
+};
+}  // namespace
+
+TEST_CASE("an algorithm that runs on bytes gets the element type erased once, at commit") {
+  namespace d = gs::detail;
+  const auto types = gs::element_types<float, double, std::int32_t>{};
+  // The ring on local: every type shares the runner's byte-level step, with its own ops.
+  using ring_runner = d::bucket_runner<local, gs::algo::ring, gs::compress::none>;
+  using wire = d::bucket_wire<gs::algo::ring, local>::type;  // traced: the ring is generic
+  using ops_t = d::element_ops<decltype(std::declval<const wire&>().executor())>;
+  const auto ring = ring_runner::steps<gs::op::sum_t>(types);
+  const auto& f32 = ring[static_cast<std::size_t>(gs::dtype::f32)];
+  const auto& f64 = ring[static_cast<std::size_t>(gs::dtype::f64)];
+  const auto& i32 = ring[static_cast<std::size_t>(gs::dtype::i32)];
+  REQUIRE(f32);
+  REQUIRE(f64);
+  REQUIRE(i32);
+  CHECK((f32.fn == f64.fn && f32.fn == i32.fn));
+  const auto* o32 = static_cast<const ops_t*>(f32.ops);
+  const auto* o64 = static_cast<const ops_t*>(f64.ops);
+  REQUIRE(o32 != nullptr);
+  REQUIRE(o64 != nullptr);
+  CHECK(o32->type == gs::dtype::f32);
+  CHECK(o32->op.elem == 4);
+  CHECK(o64->type == gs::dtype::f64);
+  CHECK(o64->op.elem == 8);
+  CHECK(o64->id == gs::reduce_op::sum);
+  CHECK_FALSE(ring[static_cast<std::size_t>(gs::dtype::bf16)]);  // not listed: not built
+  // A type a codec takes (float and double for the casts) keeps its typed step: the codec
+  // reads its values. The others still go on bytes.
+  using cast_runner = d::bucket_runner<local, gs::algo::ring, gs::compress::bf16>;
+  const auto cast = cast_runner::steps<gs::op::sum_t>(types);
+  CHECK(cast[static_cast<std::size_t>(gs::dtype::f32)].ops == nullptr);
+  CHECK(cast[static_cast<std::size_t>(gs::dtype::f64)].ops == nullptr);
+  CHECK(cast[static_cast<std::size_t>(gs::dtype::i32)].ops != nullptr);
+  // An algorithm without run_bytes gets a typed step per type, and no ops.
+  using typed_runner = d::bucket_runner<local, typed_ring, gs::compress::none>;
+  const auto typed = typed_runner::steps<gs::op::sum_t>(types);
+  CHECK_FALSE((typed[static_cast<std::size_t>(gs::dtype::f32)].fn ==
+               typed[static_cast<std::size_t>(gs::dtype::f64)].fn));
+  CHECK(typed[static_cast<std::size_t>(gs::dtype::f32)].ops == nullptr);
 }
 
 TEST_CASE("allreducer_options::bucket_bytes replaces the policy's cap at run time") {

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/detail/erased_op.hpp"
 #include "gradsync/algo/direct.hpp"
 #include "gradsync/algo/halving_doubling.hpp"
 #include "gradsync/algo/ring.hpp"
@@ -95,7 +96,8 @@ struct auto_select {
   static constexpr algorithm_traits traits_on{.generic = !Tr::peer_access && !Tr::native_allreduce,
                                               .checks_headers = direct_on<Tr>,
                                               .checks_finite = direct_on<Tr>,
-                                              .chooses = true};
+                                              .chooses = true,
+                                              .on_bytes = !direct_on<Tr>};
 
   /// On a host peer-memory transport: one-shot up to this size, two-shot above.
   static constexpr std::size_t one_shot_max_bytes = 256 << 10;
@@ -113,11 +115,11 @@ struct auto_select {
 
   template <transport_policy Tr, class T, class Op>
   static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
-    const std::size_t bytes = data.size() * sizeof(T), n = t.size();
     // Host peer-memory transports (shm) always take a direct algorithm; the choice
     // depends only on (bytes, n), so every rank makes the same one. Any other transport,
     // peer access or not, goes by the table.
     if constexpr (direct_on<Tr>) {
+      const std::size_t bytes = data.size() * sizeof(T), n = t.size();
       // One-shot wins up to 256 KiB, two-shot (each byte read once per rank) above
       // (docs/perf/tuning.md, "transport::shm"). Only direct algorithms here: they
       // compare call headers themselves (checks_headers_on).
@@ -128,7 +130,20 @@ struct auto_select {
       }
       if (one) return direct_one_shot::run(t, data, op, ctx);
       return direct_two_shot::run(t, data, op, ctx);
+    } else {
+      (void)op;
+      run_bytes(t, reinterpret_cast<std::byte*>(data.data()), data.size(),
+                detail::erase_op_for<T, Op>(t), ctx);
     }
+  }
+
+  /// run() on `count` elements of op.elem bytes at `base`, where every choice is ring,
+  /// tree or halving_doubling (not on shm, whose direct algorithms reduce typed).
+  template <transport_policy Tr, class Ex>
+  requires(!direct_on<Tr>) static void run_bytes(Tr& t, std::byte* base, std::size_t count,
+                                                 const detail::erased_op<Ex>& op,
+                                                 const call_context& ctx) {
+    const std::size_t bytes = count * op.elem, n = t.size();
     const bool network = tuning::crosses_network(t);
     const auto_choice c = auto_choose(bytes, n, network);
     if (log_enabled(log_level::debug)) {
@@ -137,15 +152,15 @@ struct auto_select {
     }
     switch (c) {
       case auto_choice::tree:
-        tree::run(t, data, op, ctx);
+        tree::run_bytes(t, base, count, op, ctx);
         return;
       case auto_choice::halving_doubling:
-        halving_doubling::run(t, data, op, ctx);
+        halving_doubling::run_bytes(t, base, count, op, ctx);
         return;
       case auto_choice::ring:
         break;
     }
-    ring::run(t, data, op, ctx);
+    ring::run_bytes(t, base, count, op, ctx);
   }
 };
 

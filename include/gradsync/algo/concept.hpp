@@ -5,10 +5,13 @@
 #pragma once
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
 
+#include "gradsync/algo/detail/erased_op.hpp"
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/device_memory.hpp"
 #include "gradsync/core/deadline.hpp"
@@ -28,6 +31,18 @@ struct algorithm_traits {
   bool checks_headers = false;     ///< compares call headers in its own first exchange
   bool checks_finite = false;      ///< looks for NaN and Inf in its own first read
   bool chooses = false;            ///< picks per size: has choice<Tr>(bytes, n, network)
+  bool on_bytes = false;           ///< also runs erased elements: has run_bytes (below)
+};
+
+/// Whether A has `static void run_bytes(Tr&, std::byte* base, std::size_t count, const
+/// algo::detail::erased_op<Ex>&, const call_context&)`, Ex being Tr's executor type: the
+/// allreduce of `count` elements of any type, whose size and reductions the erased_op
+/// holds, so a caller that erased the type once (an allreducer's bucket) runs it as is.
+template <class A, class Tr>
+concept runs_bytes_on =
+    requires(Tr& t, std::byte* base, std::size_t count, const call_context& ctx,
+             const algo::detail::erased_op<decltype(std::declval<const Tr&>().executor())>& op) {
+  A::run_bytes(t, base, count, op, ctx);
 };
 
 /// Whether A declares its traits (every algorithm does; see algorithm_traits).
@@ -64,8 +79,16 @@ constexpr algorithm_traits traits_of() {
                       on.needs_two_level == A::traits.needs_two_level,
                   "gradsync: an algorithm's traits_on<Tr> may refine what it checks and "
                   "whether it is generic, not what it needs (keep the needs_* of traits)");
+    static_assert(on.on_bytes == runs_bytes_on<A, Tr> || !transport_policy<Tr>,
+                  "gradsync: an algorithm's traits_on<Tr>.on_bytes says whether it has "
+                  "run_bytes for Tr (algo/concept.hpp: runs_bytes_on); make the two agree");
     return on;
   } else {
+    static_assert(A::traits.on_bytes == runs_bytes_on<A, Tr> || !transport_policy<Tr>,
+                  "gradsync: an algorithm's traits.on_bytes says whether it has run_bytes "
+                  "(algo/concept.hpp: runs_bytes_on): set .on_bytes = true in its traits, or "
+                  "drop the run_bytes it has (an algorithm derived from ring, tree or "
+                  "halving_doubling inherits theirs)");
     return A::traits;
   }
 }

@@ -34,7 +34,7 @@ namespace gradsync::algo {
 
 struct halving_doubling {
   static constexpr std::string_view name = "halving_doubling";
-  static constexpr algorithm_traits traits{.generic = true};
+  static constexpr algorithm_traits traits{.generic = true, .on_bytes = true};
 
   // Its workspace buffer (get<halving_doubling>) holds the reduce-scatter's in-flight
   // receive segments.
@@ -45,9 +45,8 @@ struct halving_doubling {
               detail::erase_op_for<T, Op>(t), ctx);
   }
 
- private:
-  // run() on `count` elements of op.elem bytes at `base`: one instance per transport.
-  template <class Tr, class Ex>
+  /// run() on `count` elements of op.elem bytes at `base`: one instance per transport.
+  template <transport_policy Tr, class Ex>
   static void run_bytes(Tr& t, std::byte* const base, std::size_t count,
                         const detail::erased_op<Ex>& op, const call_context& ctx) {
     const std::size_t n = t.size(), r = t.rank(), elem = op.elem;
@@ -108,6 +107,7 @@ struct halving_doubling {
     if (r < 2 * rem) x.template run<false>(r - 1, base, count, nullptr, 0);  // unfold
   }
 
+ private:
   // One pairwise exchange: send `sn` elements from `src` to `peer` while receiving `rn`
   // elements from it into `dst` (Reduce: combined into dst through scratch; else copied
   // straight in). Both directions are cut into segments with at most hd_inflight of

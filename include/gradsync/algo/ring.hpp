@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/detail/erased_op.hpp"
 #include "gradsync/algo/detail/ring_pass.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/transport/concept.hpp"
@@ -18,13 +19,21 @@ namespace gradsync::algo {
 
 struct ring {
   static constexpr std::string_view name = "ring";
-  static constexpr algorithm_traits traits{.generic = true};
+  static constexpr algorithm_traits traits{.generic = true, .on_bytes = true};
 
   template <transport_policy Tr, class T, class Op>
-  static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
-    const std::size_t n = t.size(), count = data.size();
+  static void run(Tr& t, std::span<T> data, Op, const call_context& ctx) {
+    run_bytes(t, reinterpret_cast<std::byte*>(data.data()), data.size(),
+              detail::erase_op_for<T, Op>(t), ctx);
+  }
+
+  /// run() on `count` elements of op.elem bytes at `base`: one instance per transport.
+  template <transport_policy Tr, class Ex>
+  static void run_bytes(Tr& t, std::byte* base, std::size_t count, const detail::erased_op<Ex>& op,
+                        const call_context& ctx) {
+    const std::size_t n = t.size();
     if (n == 1 || count == 0) {
-      t.executor().finalize(data.data(), count, n, op);
+      op.finalize(t.executor(), base, count, n);
       return;
     }
     // Two ranks across a network: the owned chunk goes out when the allgather starts, not
@@ -33,8 +42,8 @@ struct ring {
     // x 1 rank, 1 Gbit/s, 64 MiB: 742-774 ms against 614; Open MPI 585-587 against
     // 578-589; docs/cluster.md).
     const bool forward = !(n == 2 && tuning::crosses_network(t));
-    detail::ring_pass<Tr> pass(t, data, ctx);
-    pass.reduce_scatter(detail::erase_op_for<T, Op>(t), n, forward);
+    detail::ring_pass<Tr> pass(t, base, count, op.elem, ctx);
+    pass.reduce_scatter(op, n, forward);
     pass.allgather();
     pass.finish();
   }

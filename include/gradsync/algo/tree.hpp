@@ -29,7 +29,7 @@ namespace gradsync::algo {
 
 struct tree {
   static constexpr std::string_view name = "tree";
-  static constexpr algorithm_traits traits{.generic = true};
+  static constexpr algorithm_traits traits{.generic = true, .on_bytes = true};
 
   // Its workspace buffer (get<tree>) holds the reduce-up receives: 2 trees x 2
   // children x 2 (double buffering) segments.
@@ -55,9 +55,8 @@ struct tree {
               detail::erase_op_for<T, Op>(t), ctx);
   }
 
- private:
-  // run() on `count` elements of op.elem bytes at `base`: one instance per transport.
-  template <class Tr, class Ex>
+  /// run() on `count` elements of op.elem bytes at `base`: one instance per transport.
+  template <transport_policy Tr, class Ex>
   static void run_bytes(Tr& t, std::byte* const base, std::size_t count,
                         const detail::erased_op<Ex>& op, const call_context& ctx) {
     const std::size_t n = t.size(), r = t.rank(), elem = op.elem;

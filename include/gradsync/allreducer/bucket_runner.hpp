@@ -4,7 +4,9 @@
 // timeline; over a group with levels each level), or, for a type the compression policy codes,
 // its codec moving the bucket through a channel (compress/concept.hpp). One step per
 // element type, chosen at run time from a table that holds only the types the allreducer
-// was built for. The rest of the allreducer sees it as a bucket_runner_base.
+// was built for; where the algorithm runs on bytes, the table holds the type and op
+// erased, once, and every type shares one step. The rest of the allreducer sees it as a
+// bucket_runner_base.
 #pragma once
 
 #include <algorithm>
@@ -40,6 +42,17 @@
 #include "gradsync/transport/levels.hpp"
 
 namespace gradsync::detail {
+
+/// What a bucket's messages go through over the flat transport Tr with algorithm A: a
+/// traced_transport where A is generic (its messages counted and on the timeline), else Tr.
+template <class A, class Tr, bool = observe::traces_steps_v<A, Tr>>
+struct bucket_wire {
+  using type = Tr;
+};
+template <class A, class Tr>
+struct bucket_wire<A, Tr, true> {
+  using type = observe::traced_transport<Tr>;
+};
 
 /// One bucket's collective for a composition of policies.
 template <class Transport,    ///< the allreducer's transport (or levels of them)
@@ -101,20 +114,51 @@ class bucket_runner final : public bucket_runner_base {
   }
 
  private:
-  template <class T, class Op>
-  static constexpr step pick() {
-    if constexpr (Op::id != reduce_op::avg || is_floating_element_v<T>) {
-      return &bucket_runner::step_of<T, Op>;
+  /// Whether a bucket's collective runs on bytes: one flat transport, and an algorithm
+  /// with run_bytes on it (algorithm_traits::on_bytes).
+  static constexpr bool on_bytes = [] {
+    if constexpr (transport_policy<Transport>) {
+      return traits_of<Algorithm, Transport>().on_bytes;
     } else {
-      return nullptr;
+      return false;
+    }
+  }();
+
+  /// The element ops a bucket of T reduced with Op runs on (on_bytes only).
+  template <class T, class Op>
+  static constexpr const auto& ops_of() {
+    using wire = typename bucket_wire<Algorithm, Transport>::type;
+    return element_ops_v<decltype(std::declval<const wire&>().executor()), T, Op>;
+  }
+
+  template <class T, class Op>
+  static constexpr step_entry pick() {
+    if constexpr (Op::id == reduce_op::avg && !is_floating_element_v<T>) {
+      return {};
+    } else if constexpr (on_bytes && !compress::compresses_v<Compression, T>) {
+      check_composition<Algorithm, Transport, T, Op>();
+      return {&bucket_runner::step_bytes, &ops_of<T, Op>()};
+    } else {
+      return {&bucket_runner::step_of<T, Op>, nullptr};
     }
   }
 
   template <class T, class Op>
-  static void step_of(bucket_runner_base& self, void* data, std::size_t count,
+  static void step_of(bucket_runner_base& self, const void*, void* data, std::size_t count,
                       std::shared_ptr<void>* state, std::span<const compress::tensor_part> parts,
                       observe::track tr, observe::call_stats& acc) {
     static_cast<bucket_runner&>(self).template run_typed<T, Op>(data, count, state, parts, tr, acc);
+  }
+
+  /// The step of every type a bucket carries uncoded when the algorithm runs on bytes:
+  /// `ops` is the ops_of<T, Op>() its table entry holds.
+  static void step_bytes(bucket_runner_base& self, const void* ops, void* data, std::size_t count,
+                         std::shared_ptr<void>*, std::span<const compress::tensor_part>,
+                         observe::track tr, observe::call_stats& acc) {
+    using wire = typename bucket_wire<Algorithm, Transport>::type;
+    using ops_t = element_ops<decltype(std::declval<const wire&>().executor())>;
+    static_cast<bucket_runner&>(self).run_bytes(*static_cast<const ops_t*>(ops), data, count, tr,
+                                                acc);
   }
 
   /// What a codec moves its bucket through (compress/concept.hpp: channel): the
@@ -221,6 +265,10 @@ class bucket_runner final : public bucket_runner_base {
   template <class T, class Op>
   void run_wire(T* data, std::size_t count, observe::track tr, observe::call_stats& acc) {
     check_composition<Algorithm, Transport, T, Op>();
+    if constexpr (on_bytes) {  // a codec's wire type on an algorithm that runs on bytes
+      run_bytes(ops_of<T, Op>(), data, count, tr, acc);
+      return;
+    }
     std::span<T> s(data, count);
     acc.bytes_encoded += s.size_bytes();
     if constexpr (transport_policy<Transport>) {  // one level: maybe traced
@@ -236,6 +284,24 @@ class bucket_runner final : public bucket_runner_base {
     } else {  // peer memory or the transport's own allreduce: no messages to count
       host_allreduce<Algorithm>(t_, s, Op{}, opt_);
       acc.bytes_wire += ring_wire_bytes(s.size_bytes(), t_.size());
+      acc.wire_measured = false;
+    }
+  }
+
+  /// The bucket's collective on bytes (on_bytes), `ops` its element type and op.
+  template <class Ex>
+  void run_bytes(const element_ops<Ex>& ops, void* data, std::size_t count, observe::track tr,
+                 observe::call_stats& acc) {
+    std::byte* const base = static_cast<std::byte*>(data);
+    const std::size_t bytes = count * ops.op.elem;
+    acc.bytes_encoded += bytes;
+    if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
+      observe::traced_transport<Transport> tt(t_, &tl_, tr);
+      host_allreduce_bytes<Algorithm>(tt, base, count, ops, opt_);
+      acc.bytes_wire += tt.bytes_sent();
+    } else {  // not generic on Transport, so not traced: the bytes are the ring's model
+      host_allreduce_bytes<Algorithm>(t_, base, count, ops, opt_);
+      acc.bytes_wire += ring_wire_bytes(bytes, t_.size());
       acc.wire_measured = false;
     }
   }

@@ -63,12 +63,21 @@ struct allreducer_shared {
 
 class bucket_runner_base {
  public:
-  /// Reduces `count` elements at `data` of the slot's element type; `state`: the codec's
-  /// home for this bucket (null: fresh state), `parts`: the bucket's tensors.
-  using step = void (*)(bucket_runner_base& self, void* data, std::size_t count,
+  /// Reduces `count` elements at `data` of the slot's element type; `ops`: the slot's
+  /// erased element type and op (step_entry), `state`: the codec's home for this bucket
+  /// (null: fresh state), `parts`: the bucket's tensors.
+  using step = void (*)(bucket_runner_base& self, const void* ops, void* data, std::size_t count,
                         std::shared_ptr<void>* state, std::span<const compress::tensor_part> parts,
                         observe::track tr, observe::call_stats& acc);
-  using step_table = std::array<step, 8>;  // indexed by dtype; null: not built
+  /// One element type's step: a function typed for it, or, where the algorithm runs on
+  /// bytes and no codec takes the type, the runner's one byte-level step with the type
+  /// and op erased into `ops` (a constant of the runner's own type; null for typed steps).
+  struct step_entry {
+    step fn = nullptr;
+    const void* ops = nullptr;
+    explicit operator bool() const { return fn != nullptr; }
+  };
+  using step_table = std::array<step_entry, 8>;  // indexed by dtype; empty: not built
 
   bucket_runner_base(const bucket_runner_base&) = delete;
   bucket_runner_base& operator=(const bucket_runner_base&) = delete;
@@ -77,7 +86,8 @@ class bucket_runner_base {
   void run(const step_table& table, dtype type, void* data, std::size_t count,
            std::shared_ptr<void>* state, std::span<const compress::tensor_part> parts,
            observe::track tr, observe::call_stats& acc) {
-    table[static_cast<std::size_t>(type)](*this, data, count, state, parts, tr, acc);
+    const step_entry& e = table[static_cast<std::size_t>(type)];
+    e.fn(*this, e.ops, data, count, state, parts, tr, acc);
   }
 
   /// Names the bucket the next run() is for, in stall warnings and the flight recorder

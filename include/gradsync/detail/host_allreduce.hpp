@@ -2,40 +2,58 @@
 // The in-place allreduce of host memory over one flat transport, inside its call frame
 // (check/call_frame.hpp): what gradsync::allreduce runs once it has checked its
 // arguments, and what an allreducer's bucket runs (allreducer/bucket_runner.hpp), so
-// that a bucket does not go back up through the public entry point.
+// that a bucket does not go back up through the public entry point. A bucket whose
+// algorithm runs on bytes comes with its element type already erased (element_ops).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/detail/erased_op.hpp"
 #include "gradsync/check/call_frame.hpp"
 #include "gradsync/core/call.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/function_ref.hpp"
+#include "gradsync/core/op.hpp"
 #include "gradsync/kernels/finite.hpp"
 
 namespace gradsync::detail {
 
+/// An element type and op erased once, for the algorithms that run on bytes (their traits
+/// say on_bytes): the reductions they call and what the call's header says of the two.
+template <class Ex>  ///< the executor type of the transport the call runs on
+struct element_ops {
+  algo::detail::erased_op<Ex> op;
+  dtype type;
+  reduce_op id;
+};
+
+/// element_ops of T and Op on executor type Ex, a constant an allreducer's step table
+/// points to.
+template <class Ex, class T, class Op>
+inline constexpr element_ops<Ex> element_ops_v{algo::detail::erase_op<Ex, T, Op>(),
+                                               dtype_of<T>::value, Op::id};
+
 /// What an in-place host allreduce does around its algorithm `run`, through the call's
 /// frame: the header agreement (unless the algorithm checks headers itself), the
-/// non-finite check, the flight recorder's phases and the result check. It depends on
-/// neither the algorithm nor the op, so it is compiled once per transport and element
-/// type.
-template <class Tr, class T>
-void checked_allreduce(call_frame<Tr>& f, std::span<T> data, bool self_checked,
-                       function_ref<void()> run) {
+/// non-finite check `scan` (when `finite`), the flight recorder's phases and the result
+/// check of the `bytes` bytes at `data`. It depends on neither the algorithm, the
+/// element type nor the op, so it is compiled once per transport.
+template <class Tr>
+void checked_allreduce(call_frame<Tr>& f, const void* data, std::size_t bytes, bool self_checked,
+                       bool finite, function_ref<void()> scan, function_ref<void()> run) {
   const call_context& ctx = f.context();
-  // ctx.check_finite: the algorithm checks in its own pass (it also sets the header flag).
-  const bool finite =
-      kernels::can_be_non_finite_v<T> && f.options().check_finite && !ctx.check_finite;
   f.run([&] {
+    // ctx.check_finite: the algorithm checks in its own pass (it also sets the header flag).
     if (!self_checked) {
       f.agree(f.header(finite || ctx.check_finite ? call_header::finite_checked : 0));
     }
-    if (finite) f.check_finite(data.data(), data.size());
+    if (finite) scan();
     f.mark_checked();
     run();
-    f.verify(data.data(), data.size_bytes());
+    f.verify(data, bytes);
   });
 }
 
@@ -54,7 +72,28 @@ void host_allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt) {
   // input skip the separate pass over it (their traits say so: algo/concept.hpp).
   constexpr algorithm_traits caps = traits_of<A, Tr>();
   ctx.check_finite = caps.checks_finite && opt.check_finite && kernels::can_be_non_finite_v<T>;
-  checked_allreduce(f, data, caps.checks_headers, [&] { A::run(t, data, op, ctx); });
+  const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite && !ctx.check_finite;
+  checked_allreduce(
+      f, data.data(), data.size_bytes(), caps.checks_headers, finite,
+      [&] { f.check_finite(data.data(), data.size()); }, [&] { A::run(t, data, op, ctx); });
+}
+
+/// The in-place allreduce of `count` elements at `data` of the type and op `ops` erased,
+/// with an algorithm that runs on bytes: what an allreducer's bucket runs, the element type
+/// having been erased once, when the allreducer was committed. Without a finite check:
+/// the allreducer checks its tensors in its own pack pass, and its `opt` asks for none.
+template <class A,   ///< the algorithm; its traits on Tr say on_bytes
+          class Tr,  ///< the transport, or a wrapper that forwards to it
+          class Ex>  ///< Tr's executor type
+void host_allreduce_bytes(Tr& t, std::byte* data, std::size_t count, const element_ops<Ex>& ops,
+                          const call_options& opt) {
+  static_assert(traits_of<A, Tr>().on_bytes,
+                "gradsync: host_allreduce_bytes runs algorithms whose traits say on_bytes");
+  call_frame<Tr> f(t, opt, {"allreduce", A::name, ops.type, ops.id, count, {}});
+  const call_context& ctx = f.context();
+  checked_allreduce(
+      f, data, count * ops.op.elem, traits_of<A, Tr>().checks_headers, false, [] {},
+      [&] { A::run_bytes(t, data, count, ops.op, ctx); });
 }
 
 }  // namespace gradsync::detail

@@ -23,7 +23,7 @@ struct erased_op {
 
 /// erased_op for element type T and op Op on executor type Ex.
 template <class Ex, class T, class Op>
-erased_op<Ex> erase_op() {
+constexpr erased_op<Ex> erase_op() {
   return {sizeof(T),
           [](const Ex& ex, std::byte* dst, const std::byte* src, std::size_t n) {
             ex.reduce_into(reinterpret_cast<T*>(dst), reinterpret_cast<const T*>(src), n, Op{});
