@@ -267,24 +267,20 @@ class bucket_runner final : public bucket_runner_base {
     check_composition<Algorithm, Transport, T, Op>();
     if constexpr (on_bytes) {  // a codec's wire type on an algorithm that runs on bytes
       run_bytes(ops_of<T, Op>(), data, count, tr, acc);
-      return;
-    }
-    std::span<T> s(data, count);
-    acc.bytes_encoded += s.size_bytes();
-    if constexpr (transport_policy<Transport>) {  // one level: maybe traced
-      if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
+    } else {
+      std::span<T> s(data, count);
+      acc.bytes_encoded += s.size_bytes();
+      if constexpr (transport::leveled<Transport>) {
+        run_levels<T, Op>(s, tr, acc);
+      } else if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
         observe::traced_transport<Transport> tt(t_, &tl_, tr);
         host_allreduce<Algorithm>(tt, s, Op{}, opt_);
         acc.bytes_wire += tt.bytes_sent();
-        return;
+      } else {  // peer memory or the transport's own allreduce: no messages to count
+        host_allreduce<Algorithm>(t_, s, Op{}, opt_);
+        acc.bytes_wire += ring_wire_bytes(s.size_bytes(), t_.size());
+        acc.wire_measured = false;
       }
-    }
-    if constexpr (transport::leveled<Transport>) {
-      run_levels<T, Op>(s, tr, acc);
-    } else {  // peer memory or the transport's own allreduce: no messages to count
-      host_allreduce<Algorithm>(t_, s, Op{}, opt_);
-      acc.bytes_wire += ring_wire_bytes(s.size_bytes(), t_.size());
-      acc.wire_measured = false;
     }
   }
 
