@@ -105,7 +105,7 @@ class bucket_runner_base {
   template <class Args>
   void event(std::string_view name, observe::track tr, std::chrono::steady_clock::time_point begin,
              std::chrono::steady_clock::time_point end, Args&& args) {
-    if (tl_.enabled()) tl_.complete(name, tr, begin, end, args());
+    tl_.complete_with(name, tr, begin, end, args);
   }
 
   /// Shares this rank's finding with every rank (check/finite.hpp); errc::non_finite on

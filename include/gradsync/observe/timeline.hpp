@@ -63,6 +63,12 @@ class timeline {
     events_.push_back(
         {std::string(name), 'X', tr, ns(begin), ns(end) - ns(begin), std::move(args)});
   }
+  /// complete() with its arguments from `args()`, called only when the timeline is on.
+  template <class Args>
+  void complete_with(std::string_view name, track tr, time_point begin, time_point end,
+                     Args&& args) {
+    if (enabled()) complete(name, tr, begin, end, args());
+  }
   /// An instant event ("ph":"i").
   void instant(std::string_view name, track tr, time_point at, std::string args = {}) {
     if (!enabled()) return;
