@@ -10,13 +10,18 @@
 # ends when that rank exits). It happens when the four start far apart, on a loaded host.
 # Before the job id's roster (transport/shm/roster.hpp), a rank of each job formed a
 # group with one of the other's and both finished, their data mixed, in 20 of 20 trials.
-# With a third argument, job b's rank 0 starts that many seconds after the others: that
-# start order, made certain (its message names its missing rank, not the collision).
-#   tests/shm/job_collision.sh build/tests/shm/shm_launched [trials] [late seconds]
+# With a third argument, job b's rank 0 (or the process a fourth one names: a0, a1, b0,
+# b1) starts that many seconds after the others: that start order, made certain. A late
+# b0 names its missing rank, not the collision. A late a1 comes after a0 and b1 formed a
+# group (or b0 and b1 did), which the other rank 0's claim stops: before it did, a0 and b1
+# finished together, their data mixed (1 of 20 trials on a loaded host, 2026-12-07).
+#   tests/shm/job_collision.sh build/tests/shm/shm_launched [trials] [late seconds [who]]
 set -u
 exe=$1
 trials=${2:-20}
 late=${3:-0}
+who=${4:-b0}
+case $who in a0 | a1 | b0 | b1) ;; *) echo "job_collision.sh: no process '$who' (a0 a1 b0 b1)" >&2; exit 2 ;; esac
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 met=0
@@ -25,9 +30,9 @@ for i in $(seq 1 "$trials"); do
   job="collide-$$-$i"
   pids=()
   order="a0 a1 b0 b1"
-  [ "$late" != 0 ] && order="a0 a1 b1 b0"
+  [ "$late" != 0 ] && order="$(echo $order | tr ' ' '\n' | grep -vx "$who" | tr '\n' ' ')$who"
   for p in $order; do
-    [ "$p" = b0 ] && [ "$late" != 0 ] && sleep "$late"
+    [ "$p" = "$who" ] && [ "$late" != 0 ] && sleep "$late"
     GRADSYNC_SHM_RANK=${p:1} GRADSYNC_SHM_SIZE=2 GRADSYNC_SHM_JOB=$job GRADSYNC_TIMEOUT=5 \
       timeout 30 "$exe" 'GRADSYNC_SHM_*' 2 >"$out/$p" 2>&1 &
     pids+=($!)

@@ -169,8 +169,11 @@ void expect_stopped(std::vector<std::optional<shm>>& ts) {
 
 }  // namespace
 
-TEST_CASE("shm job id collision: a second rank 0 is refused and the first job goes on") {
-  gs::testbed::watchdog wd(60, "second rank 0");
+// A second rank 0 stops the group too: its other places may already be held by the
+// second job's ranks (the job_collision trials saw rank 0 of one job and rank 1 of the
+// other finish together, the other job's rank 1 too late to find the roster).
+TEST_CASE("shm job id collision: a second rank 0 during the bootstrap stops both") {
+  gs::testbed::watchdog wd(60, "second rank 0, bootstrap");
   const std::string job = job_id("creator");
   {
     std::vector<std::optional<shm>> a(2);
@@ -182,23 +185,40 @@ TEST_CASE("shm job id collision: a second rank 0 is refused and the first job go
       FAIL("a second rank 0 with the same job id was accepted");
     } catch (const gs::error& e) {
       CHECK(e.code() == gs::errc::transport);
-      CHECK(std::string(e.what()).find("rank 0's place is held by pid " +
-                                       std::to_string(::getpid()) +
-                                       ": another job uses the same job id (GRADSYNC_SHM_JOB '" +
-                                       job + "')") != std::string::npos);
+      CHECK(std::string(e.what()).find("rank 0's place is already taken by pid " +
+                                       std::to_string(::getpid()) + " when pid ") !=
+            std::string::npos);
     }
-    // The first job's rank 1 still finds its segment.
     std::thread a1([&] { join(a, why, 1, job); });
     a0.join();
     a1.join();
-    INFO(why[0] << " / " << why[1]);
-    REQUIRE(a[0].has_value());
-    REQUIRE(a[1].has_value());
-    CHECK(shm_name_exists(gs::transport::detail::roster_name(job)));  // held while the group runs
-    expect_sum(a);
+    for (std::size_t r = 0; r < 2; ++r) {
+      INFO("rank " << r << ": " << why[r]);
+      CHECK_FALSE(a[r].has_value());
+      CHECK(why[r].find("two jobs use the same job id (GRADSYNC_SHM_JOB '" + job + "')") !=
+            std::string::npos);
+    }
   }
-  CHECK_FALSE(
-      shm_name_exists(gs::transport::detail::roster_name(job)));  // the last one out removed it
+  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
+  CHECK_FALSE(shm_name_exists(gs::transport::detail::segment_name(job)));
+}
+
+TEST_CASE("shm job id collision: a second rank 0 after the bootstrap stops the group's next call") {
+  gs::testbed::watchdog wd(60, "second rank 0, running");
+  const std::string job = job_id("late0");
+  std::vector<std::optional<shm>> a = form_group(2, job);
+  expect_sum(a);
+  try {
+    shm b0(options(0, 2, job));
+    FAIL("a second rank 0 with the same job id was accepted");
+  } catch (const gs::error& e) {
+    CHECK(e.code() == gs::errc::transport);
+    CHECK(std::string(e.what()).find("rank 0's place is already taken") != std::string::npos);
+  }
+  expect_stopped(a);
+  a[0].reset();
+  a[1].reset();
+  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
 }
 
 TEST_CASE("shm job id collision: a second rank 1 during the bootstrap stops both") {

@@ -2,7 +2,7 @@
 // The roster of an shm job id: one page in /dev/shm, linked for as long as a group uses
 // the id, in which each process claims its rank. The segment's name is removed once every
 // rank has mapped it, so only the roster lets a process of a second job started with the
-// same id see that the id is taken, whenever it comes. A second claimant of a rank above 0
+// same id see that the id is taken, whenever it comes. A second live claimant of any rank
 // poisons the roster (the group may hold ranks of both jobs) and every member stops with
 // its message, at the end of its bootstrap or at its next call.
 #pragma once
@@ -51,7 +51,7 @@ class shm_roster final : public rank_whereabouts {
  public:
   /// Rank 0 creates the roster (replacing one whose claimants have all exited); the
   /// others wait for it until `until`. Throws errc::transport naming the collision when
-  /// the rank is held by another live process, after poisoning the roster for rank > 0.
+  /// the rank is held by another live process, after poisoning the roster.
   GRADSYNC_DECL shm_roster(std::size_t rank, std::size_t ranks, std::string_view job,
                            deadline until);
   shm_roster(const shm_roster&) = delete;
