@@ -30,7 +30,7 @@ for i in $(seq 1 "$trials"); do
   job="collide-$$-$i"
   pids=()
   order="a0 a1 b0 b1"
-  [ "$late" != 0 ] && order="$(echo $order | tr ' ' '\n' | grep -vx "$who" | tr '\n' ' ')$who"
+  [ "$late" != 0 ] && order="$(echo "$order" | tr ' ' '\n' | grep -vx "$who" | tr '\n' ' ')$who"
   for p in $order; do
     [ "$p" = "$who" ] && [ "$late" != 0 ] && sleep "$late"
     GRADSYNC_SHM_RANK=${p:1} GRADSYNC_SHM_SIZE=2 GRADSYNC_SHM_JOB=$job GRADSYNC_TIMEOUT=5 \

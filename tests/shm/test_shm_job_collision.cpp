@@ -167,6 +167,45 @@ void expect_stopped(std::vector<std::optional<shm>>& ts) {
   }
 }
 
+// A second process claims rank `rank` of `job`'s group of `n`: it is refused, naming the
+// place this process's thread already holds.
+void expect_refused(std::size_t rank, std::size_t n, const std::string& job) {
+  try {
+    shm second(options(rank, n, job));
+    FAIL("a second rank " << rank << " with the same job id was accepted");
+  } catch (const gs::error& e) {
+    CHECK(e.code() == gs::errc::transport);
+    CHECK(std::string(e.what()).find(
+              "rank " + std::to_string(rank) + "'s place is already taken by pid " +
+              std::to_string(::getpid()) + " when pid ") != std::string::npos);
+  }
+}
+
+// Every rank of `job`'s group stopped in its bootstrap, naming the collision, and nothing
+// of the id is left in /dev/shm.
+void expect_all_refused(const std::vector<std::optional<shm>>& a,
+                        const std::vector<std::string>& why, const std::string& job) {
+  for (std::size_t r = 0; r < a.size(); ++r) {
+    INFO("rank " << r << ": " << why[r]);
+    CHECK_FALSE(a[r].has_value());
+    CHECK(why[r].find("two jobs use the same job id (GRADSYNC_SHM_JOB '" + job + "')") !=
+          std::string::npos);
+  }
+  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
+  CHECK_FALSE(shm_name_exists(gs::transport::detail::segment_name(job)));
+}
+
+// A group of 2 forms and sums; a second claimant of `rank` then stops its next call.
+void expect_running_group_stopped(std::size_t rank, const std::string& job) {
+  std::vector<std::optional<shm>> a = form_group(2, job);
+  expect_sum(a);
+  expect_refused(rank, 2, job);
+  expect_stopped(a);
+  a[0].reset();
+  a[1].reset();
+  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
+}
+
 }  // namespace
 
 // A second rank 0 stops the group too: its other places may already be held by the
@@ -175,50 +214,20 @@ void expect_stopped(std::vector<std::optional<shm>>& ts) {
 TEST_CASE("shm job id collision: a second rank 0 during the bootstrap stops both") {
   gs::testbed::watchdog wd(60, "second rank 0, bootstrap");
   const std::string job = job_id("creator");
-  {
-    std::vector<std::optional<shm>> a(2);
-    std::vector<std::string> why(2);
-    std::thread a0([&] { join(a, why, 0, job); });
-    wait_for_name(job);
-    try {
-      shm b0(options(0, 2, job));
-      FAIL("a second rank 0 with the same job id was accepted");
-    } catch (const gs::error& e) {
-      CHECK(e.code() == gs::errc::transport);
-      CHECK(std::string(e.what()).find("rank 0's place is already taken by pid " +
-                                       std::to_string(::getpid()) + " when pid ") !=
-            std::string::npos);
-    }
-    std::thread a1([&] { join(a, why, 1, job); });
-    a0.join();
-    a1.join();
-    for (std::size_t r = 0; r < 2; ++r) {
-      INFO("rank " << r << ": " << why[r]);
-      CHECK_FALSE(a[r].has_value());
-      CHECK(why[r].find("two jobs use the same job id (GRADSYNC_SHM_JOB '" + job + "')") !=
-            std::string::npos);
-    }
-  }
-  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
-  CHECK_FALSE(shm_name_exists(gs::transport::detail::segment_name(job)));
+  std::vector<std::optional<shm>> a(2);
+  std::vector<std::string> why(2);
+  std::thread a0([&] { join(a, why, 0, job); });
+  wait_for_name(job);
+  expect_refused(0, 2, job);
+  std::thread a1([&] { join(a, why, 1, job); });
+  a0.join();
+  a1.join();
+  expect_all_refused(a, why, job);
 }
 
 TEST_CASE("shm job id collision: a second rank 0 after the bootstrap stops the group's next call") {
   gs::testbed::watchdog wd(60, "second rank 0, running");
-  const std::string job = job_id("late0");
-  std::vector<std::optional<shm>> a = form_group(2, job);
-  expect_sum(a);
-  try {
-    shm b0(options(0, 2, job));
-    FAIL("a second rank 0 with the same job id was accepted");
-  } catch (const gs::error& e) {
-    CHECK(e.code() == gs::errc::transport);
-    CHECK(std::string(e.what()).find("rank 0's place is already taken") != std::string::npos);
-  }
-  expect_stopped(a);
-  a[0].reset();
-  a[1].reset();
-  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
+  expect_running_group_stopped(0, job_id("late0"));
 }
 
 TEST_CASE("shm job id collision: a second rank 1 during the bootstrap stops both") {
@@ -231,45 +240,17 @@ TEST_CASE("shm job id collision: a second rank 1 during the bootstrap stops both
   std::thread a1([&] { join(a, why, 1, job); });
   // Wait until rank 1 has taken its place (the segment still waits for rank 2).
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  try {
-    shm b1(options(1, 3, job));
-    FAIL("a second rank 1 with the same job id was accepted");
-  } catch (const gs::error& e) {
-    CHECK(e.code() == gs::errc::transport);
-    CHECK(std::string(e.what()).find("rank 1's place is already taken by pid " +
-                                     std::to_string(::getpid()) + " when pid ") !=
-          std::string::npos);
-  }
+  expect_refused(1, 3, job);
   std::thread a2([&] { join(a, why, 2, job); });
   a0.join();
   a1.join();
   a2.join();
-  for (std::size_t r = 0; r < 3; ++r) {
-    INFO("rank " << r << ": " << why[r]);
-    CHECK_FALSE(a[r].has_value());
-    CHECK(why[r].find("two jobs use the same job id (GRADSYNC_SHM_JOB '" + job + "')") !=
-          std::string::npos);
-  }
-  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
-  CHECK_FALSE(shm_name_exists(gs::transport::detail::segment_name(job)));
+  expect_all_refused(a, why, job);
 }
 
 TEST_CASE("shm job id collision: a second rank 1 after the bootstrap stops the group's next call") {
   gs::testbed::watchdog wd(60, "second rank 1, running");
-  const std::string job = job_id("late");
-  std::vector<std::optional<shm>> a = form_group(2, job);
-  expect_sum(a);
-  try {
-    shm b1(options(1, 2, job));
-    FAIL("a second rank 1 with the same job id was accepted");
-  } catch (const gs::error& e) {
-    CHECK(e.code() == gs::errc::transport);
-    CHECK(std::string(e.what()).find("rank 1's place is already taken") != std::string::npos);
-  }
-  expect_stopped(a);
-  a[0].reset();
-  a[1].reset();
-  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
+  expect_running_group_stopped(1, job_id("late"));
 }
 
 TEST_CASE("shm job id: a group killed in its bootstrap leaves names the next group replaces") {
