@@ -32,6 +32,7 @@
 #include <gradsync/allreduce.hpp>
 #include <gradsync/transport/shm.hpp>
 
+#include "capture_stderr.hpp"
 #include "fork_ranks.hpp"
 #include "watchdog.hpp"
 
@@ -195,14 +196,17 @@ void expect_all_refused(const std::vector<std::optional<shm>>& a,
   CHECK_FALSE(shm_name_exists(gs::transport::detail::segment_name(job)));
 }
 
-// A group of 2 forms and sums; a second claimant of `rank` then stops its next call.
+// A group of 2 forms and sums; a second claimant of `rank` then stops its next call,
+// and the ranks' close says nothing more (they threw the collision already).
 void expect_running_group_stopped(std::size_t rank, const std::string& job) {
   std::vector<std::optional<shm>> a = form_group(2, job);
   expect_sum(a);
   expect_refused(rank, 2, job);
   expect_stopped(a);
+  gs::testbed::capture_stderr cap("test_shm_job_collision_close.txt");
   a[0].reset();
   a[1].reset();
+  CHECK(cap.text().find("after this group's last call") == std::string::npos);
   CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
 }
 
@@ -228,6 +232,29 @@ TEST_CASE("shm job id collision: a second rank 0 during the bootstrap stops both
 TEST_CASE("shm job id collision: a second rank 0 after the bootstrap stops the group's next call") {
   gs::testbed::watchdog wd(60, "second rank 0, running");
   expect_running_group_stopped(0, job_id("late0"));
+}
+
+// Too late to stop the group, not to say so: each rank's close warns that its calls may
+// have mixed both jobs' data.
+TEST_CASE("shm job id collision: a second rank 0 after the group's last call is told at close") {
+  gs::testbed::watchdog wd(60, "second rank 0, after the last call");
+  const std::string job = job_id("after");
+  std::vector<std::optional<shm>> a = form_group(2, job);
+  expect_sum(a);
+  expect_refused(0, 2, job);
+  gs::testbed::capture_stderr cap("test_shm_job_collision_close.txt");
+  a[0].reset();
+  a[1].reset();
+  const std::string text = cap.text();
+  INFO(text);
+  for (const char* rank : {"[gradsync rank 0] warn: ", "[gradsync rank 1] warn: "}) {
+    CHECK(text.find(std::string(rank) + "shm job id roster " +
+                    gs::transport::detail::roster_name(job) +
+                    ": after this group's last call: rank 0's place is already taken by pid ") !=
+          std::string::npos);
+  }
+  CHECK(text.find("(the calls it ran may have mixed both jobs' data)") != std::string::npos);
+  CHECK_FALSE(shm_name_exists(gs::transport::detail::roster_name(job)));
 }
 
 TEST_CASE("shm job id collision: a second rank 1 during the bootstrap stops both") {

@@ -192,7 +192,9 @@ class shm_state {
   // A process of a second job with this job id found its rank taken after the bootstrap
   // (shm_roster): this group may hold ranks of both jobs, so it stops.
   void check_roster() {
-    if (std::string p = roster_.poison(); !p.empty()) fail(errc::transport, error_site::npos, p);
+    if (std::string p = roster_.take_poison(); !p.empty()) {
+      fail(errc::transport, error_site::npos, p);
+    }
   }
 
   static std::string abort_message(const std::string& when) {

@@ -18,6 +18,7 @@
 #include "gradsync/config.hpp"
 #include "gradsync/core/deadline.hpp"
 #include "gradsync/core/error.hpp"
+#include "gradsync/core/log.hpp"
 #include "gradsync/transport/shm/segment.hpp"
 
 namespace gradsync::transport::detail {
@@ -56,7 +57,8 @@ class shm_roster final : public rank_whereabouts {
                            deadline until);
   shm_roster(const shm_roster&) = delete;
   shm_roster& operator=(const shm_roster&) = delete;
-  /// Releases the claim; the last live holder removes the name.
+  /// Releases the claim; the last live holder removes the name. A poison this holder never
+  /// threw (it came after the group's last call) is logged as a warning.
   GRADSYNC_DECL ~shm_roster();
 
   /// Waits until every process that has mapped the roster is done claiming (so a second
@@ -66,6 +68,12 @@ class shm_roster final : public rank_whereabouts {
 
   /// The collision that stops this group, or empty: one load while nothing is wrong.
   std::string poison() const;
+  /// poison(), for a caller about to throw it: the destructor then says nothing more.
+  std::string take_poison() const {
+    std::string p = poison();
+    told_ = told_ || !p.empty();
+    return p;
+  }
 
   /// For the bootstrap's waits (shm_segment): rank r claimed its place and then exited
   /// or closed its transport ("" otherwise) ...
@@ -124,7 +132,8 @@ class shm_roster final : public rank_whereabouts {
   std::size_t ranks_;
   std::byte* base_ = nullptr;
   std::size_t mapped_ = 0;
-  bool holds_ = false;  // this process holds claim(rank_)
+  bool holds_ = false;         // this process holds claim(rank_)
+  mutable bool told_ = false;  // the poison was thrown here (take_poison)
 };
 
 inline std::size_t shm_roster::bytes_for(std::size_t ranks) {

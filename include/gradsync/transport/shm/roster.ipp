@@ -36,6 +36,16 @@ GRADSYNC_DECL shm_roster::shm_roster(std::size_t rank, std::size_t ranks, std::s
 
 GRADSYNC_DECL shm_roster::~shm_roster() {
   if (!base_) return;
+  if (holds_ && !told_) {
+    // A second job's process came after this group's last call: too late to stop it, but
+    // not to say that its results may hold both jobs' data.
+    if (const std::string p = poison(); !p.empty()) {
+      log(log_level::warn, rank_,
+          "shm job id roster %s: after this group's last call: %s (the calls it ran may have "
+          "mixed both jobs' data)",
+          name_.c_str(), p.c_str());
+    }
+  }
   if (holds_) {
     // seq_cst: of two holders leaving at once, at least one sees the other's release.
     shared_word(claim(rank_).released).store(1u, std::memory_order_seq_cst);
@@ -329,12 +339,12 @@ GRADSYNC_DECL bool shm_roster::claim_rank() {
 GRADSYNC_DECL void shm_roster::settle(deadline until) const {
   roster_header& h = header();
   for (;;) {
-    const std::string p = poison();
+    const std::string p = take_poison();
     if (!p.empty()) fail(errc::transport, p);
     const std::uint32_t opened = shared_word(h.opened).load(std::memory_order_acquire);
     const std::uint32_t settled = shared_word(h.settled).load(std::memory_order_acquire);
     if (settled >= opened) {
-      const std::string last = poison();  // posted before its poster settled
+      const std::string last = take_poison();  // posted before its poster settled
       if (!last.empty()) fail(errc::transport, last);
       return;
     }
