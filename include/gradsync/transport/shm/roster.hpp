@@ -71,7 +71,7 @@ class shm_roster final : public rank_whereabouts {
   /// poison(), for a caller about to throw it: the destructor then says nothing more.
   std::string take_poison() const {
     std::string p = poison();
-    told_ = told_ || !p.empty();
+    if (!p.empty()) told_.store(true, std::memory_order_relaxed);
     return p;
   }
 
@@ -132,8 +132,8 @@ class shm_roster final : public rank_whereabouts {
   std::size_t ranks_;
   std::byte* base_ = nullptr;
   std::size_t mapped_ = 0;
-  bool holds_ = false;         // this process holds claim(rank_)
-  mutable bool told_ = false;  // the poison was thrown here (take_poison)
+  bool holds_ = false;                     // this process holds claim(rank_)
+  mutable std::atomic<bool> told_{false};  // the poison was thrown here (take_poison)
 };
 
 inline std::size_t shm_roster::bytes_for(std::size_t ranks) {

@@ -36,7 +36,7 @@ GRADSYNC_DECL shm_roster::shm_roster(std::size_t rank, std::size_t ranks, std::s
 
 GRADSYNC_DECL shm_roster::~shm_roster() {
   if (!base_) return;
-  if (holds_ && !told_) {
+  if (holds_ && !told_.load(std::memory_order_relaxed)) {
     // A second job's process came after this group's last call: too late to stop it, but
     // not to say that its results may hold both jobs' data.
     if (const std::string p = poison(); !p.empty()) {
