@@ -11,7 +11,6 @@
 #include <random>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
@@ -225,8 +224,7 @@ TEST_CASE("an algorithm that runs on bytes gets the element type erased once, at
   const auto types = gs::element_types<float, double, std::int32_t>{};
   // The ring on local: every type shares the runner's byte-level step, with its own ops.
   using ring_runner = d::bucket_runner<local, gs::algo::ring, gs::compress::none>;
-  using wire = d::wire_transport<local, gs::algo::ring>::type;  // traced: the ring is generic
-  using ops_t = d::element_ops<decltype(std::declval<const wire&>().executor())>;
+  using ops_t = d::bucket_wire<local, gs::algo::ring>::ops_type<>;
   const auto ring = ring_runner::steps<gs::op::sum_t>(types);
   const auto& f32 = ring[static_cast<std::size_t>(gs::dtype::f32)];
   const auto& f64 = ring[static_cast<std::size_t>(gs::dtype::f64)];

@@ -15,7 +15,6 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <utility>
 
 #include "gradsync/algo/composition.hpp"
 #include "gradsync/algo/tuning.hpp"
@@ -121,8 +120,7 @@ class bucket_runner final : public bucket_runner_base {
   static void step_bytes(bucket_runner_base& self, const void* ops, void* data, std::size_t count,
                          std::shared_ptr<void>*, std::span<const compress::tensor_part>,
                          observe::track tr, observe::call_stats& acc) {
-    using wire_t = typename wire_transport<Transport, Algorithm>::type;
-    using ops_t = element_ops<decltype(std::declval<const wire_t&>().executor())>;
+    using ops_t = typename wire::template ops_type<>;
     static_cast<bucket_runner&>(self).wire_.run_bytes(*static_cast<const ops_t*>(ops), data, count,
                                                       tr, acc);
   }

@@ -59,11 +59,15 @@ class bucket_wire {
     }
   }();
 
+  /// The type of the element ops its buckets run on (on_bytes only): for the executor of
+  /// the transport their messages go through.
+  template <class W = typename wire_transport<Transport, Algorithm>::type>
+  using ops_type = element_ops<decltype(std::declval<const W&>().executor())>;
+
   /// The element ops a bucket of T reduced with Op runs on (on_bytes only): a constant.
   template <class T, class Op>
   static constexpr const auto& ops_of() {
-    using wire = typename wire_transport<Transport, Algorithm>::type;
-    return element_ops_v<decltype(std::declval<const wire&>().executor()), T, Op>;
+    return element_ops_v<typename ops_type<>::executor_type, T, Op>;
   }
 
   Transport& transport() const { return t_; }

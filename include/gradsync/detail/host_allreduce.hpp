@@ -25,6 +25,7 @@ namespace gradsync::detail {
 /// say on_bytes): the reductions they call and what the call's header says of the two.
 template <class Ex>  ///< the executor type of the transport the call runs on
 struct element_ops {
+  using executor_type = Ex;
   algo::detail::erased_op<Ex> op;
   dtype type;
   reduce_op id;
