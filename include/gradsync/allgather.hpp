@@ -158,11 +158,11 @@ std::size_t allgather_bytes(Tr& t, std::span<const std::byte> in, std::span<std:
       }
       sent_across += others * p.count;
     };
-    std::optional<algo::detail::direct_call<Intra, std::byte, op::sum_t>> dc;
+    std::optional<algo::detail::direct_call<Intra>> dc;
     std::uint64_t step = 0;
     const bool stream = out.size() >= algo::detail::direct_stream_min_bytes;
     if constexpr (node_direct) {
-      dc.emplace(t.intra(), std::span<std::byte>{}, in_c);
+      dc.emplace(t.intra(), in_c);
       dc->open_header(f.header(direct::name), "allgather", nullptr, 0);
     }
     // A peer-memory node level spreads this node's own blocks while the network phase

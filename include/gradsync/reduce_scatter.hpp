@@ -19,6 +19,7 @@
 #include <string>
 #include <type_traits>
 
+#include "gradsync/algo/detail/erased_op.hpp"
 #include "gradsync/algo/detail/level_pipeline.hpp"
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/reduce_scatter_direct.hpp"
@@ -113,10 +114,10 @@ std::size_t reduce_scatter_flat(Tr& t, std::span<const T> in, std::span<T> out, 
     using level_op = std::conditional_t<std::is_same_v<Op, op::avg_t>, op::sum_t, Op>;
     const std::size_t pieces = algo::tuning::hierarchical_pieces(in.size_bytes(), t.pipelines());
     std::size_t sent_across = 0;
-    std::optional<algo::detail::direct_call<Intra, T, level_op>> dc;
+    std::optional<algo::detail::direct_call<Intra>> dc;
     std::uint64_t step = 0;
     if constexpr (node_direct) {
-      dc.emplace(t.intra(), std::span<T>{}, in_c);
+      dc.emplace(t.intra(), nullptr, 0, algo::detail::erase_op_for<T, level_op>(t.intra()), in_c);
       dc->open_header(f.header(name, flags), "reduce_scatter", nullptr, 0);
     }
     auto inside = [&](std::size_t i) {  // piece i's columns, reduced inside the node
@@ -128,9 +129,11 @@ std::size_t reduce_scatter_flat(Tr& t, std::span<const T> in, std::span<T> out, 
         step = direct::staged(
             *dc, nodes * pc, pc,
             [&](std::size_t l, std::size_t x) {
-              return in.data() + ((x / pc) * local + l) * m + p.offset + x % pc;
+              return reinterpret_cast<const std::byte*>(in.data() + ((x / pc) * local + l) * m +
+                                                        p.offset + x % pc);
             },
-            mine + nodes * p.offset, level_op{}, step, [](std::size_t, std::size_t) {});
+            reinterpret_cast<std::byte*>(mine + nodes * p.offset), step,
+            [](std::size_t, std::size_t) {});
         sent += (local - 1) * nodes * pc * sizeof(T);
         return;
       }

@@ -238,11 +238,29 @@ TEST_CASE("an algorithm that runs on bytes gets the element type erased once, at
   REQUIRE(o32 != nullptr);
   REQUIRE(o64 != nullptr);
   CHECK(o32->type == gs::dtype::f32);
-  CHECK(o32->op.elem == 4);
+  CHECK(o32->elem == 4);
   CHECK(o64->type == gs::dtype::f64);
-  CHECK(o64->op.elem == 8);
+  CHECK(o64->elem == 8);
   CHECK(o64->id == gs::reduce_op::sum);
   CHECK_FALSE(ring[static_cast<std::size_t>(gs::dtype::bf16)]);  // not listed: not built
+  // auto_select on shm: its direct algorithms run on bytes too, reducing with the type's
+  // host loops, one table per (type, op).
+  using shm_runner =
+      d::bucket_runner<gs::transport::shm, gs::algo::auto_select, gs::compress::none>;
+  using shm_ops_t = d::bucket_wire<gs::transport::shm, gs::algo::auto_select>::ops_type<>;
+  const auto shm = shm_runner::steps<gs::op::avg_t>(types);
+  const auto& s32 = shm[static_cast<std::size_t>(gs::dtype::f32)];
+  const auto& s64 = shm[static_cast<std::size_t>(gs::dtype::f64)];
+  REQUIRE(s32);
+  REQUIRE(s64);
+  CHECK((s32.fn == s64.fn));
+  const auto* h32 = static_cast<const shm_ops_t*>(s32.ops);
+  const auto* h64 = static_cast<const shm_ops_t*>(s64.ops);
+  REQUIRE(h32 != nullptr);
+  REQUIRE(h64 != nullptr);
+  CHECK(h32->id == gs::reduce_op::avg);
+  CHECK(h32->host == &gs::algo::detail::host_loops_v<float, gs::op::avg_t>);
+  CHECK(h64->host == &gs::algo::detail::host_loops_v<double, gs::op::avg_t>);
   // A type a codec takes (float and double for the casts) keeps its typed step: the codec
   // reads its values. The others still go on bytes.
   using cast_runner = d::bucket_runner<local, gs::algo::ring, gs::compress::bf16>;

@@ -35,7 +35,7 @@ struct allgather_direct {
   static std::size_t run(Tr& t, std::span<const std::byte> mine, std::span<std::byte> out,
                          const call_header& h, const call_context& ctx) {
     detail::check_direct_transport<Tr>();
-    detail::direct_call<Tr, std::byte, op::sum_t> c(t, {}, ctx);
+    detail::direct_call<Tr> c(t, ctx);
     const std::size_t n = c.n_, r = c.r_, b = mine.size();
     if (n == 1) {  // nothing to agree with or read
       if (b) std::memcpy(out.data(), mine.data(), b);

@@ -14,6 +14,7 @@
 
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/detail/erased_op.hpp"
+#include "gradsync/algo/detail/erasing_run.hpp"
 #include "gradsync/algo/direct.hpp"
 #include "gradsync/algo/halving_doubling.hpp"
 #include "gradsync/algo/ring.hpp"
@@ -83,7 +84,7 @@ inline constexpr auto_choice auto_choose(std::size_t bytes, std::size_t ranks,
   return network ? pick(tuning::auto_rules_network) : pick(tuning::auto_rules);
 }
 
-struct auto_select {
+struct auto_select : detail::erasing_run<auto_select> {
   static constexpr std::string_view name = "auto";
   /// Whether every choice over Tr is a direct algorithm (host peer-memory transports: shm).
   template <class Tr>
@@ -92,12 +93,13 @@ struct auto_select {
   /// On shm every choice is a direct algorithm, which compares the call headers and
   /// checks for NaN and Inf itself, so allreduce() skips those passes there. Where Tr
   /// has no extras to choose, every choice is ring, tree or halving_doubling (generic).
+  /// Every choice runs on bytes, so auto_select does too.
   template <class Tr>
   static constexpr algorithm_traits traits_on{.generic = !Tr::peer_access && !Tr::native_allreduce,
                                               .checks_headers = direct_on<Tr>,
                                               .checks_finite = direct_on<Tr>,
                                               .chooses = true,
-                                              .on_bytes = !direct_on<Tr>};
+                                              .on_bytes = true};
 
   /// On a host peer-memory transport: one-shot up to this size, two-shot above.
   static constexpr std::size_t one_shot_max_bytes = 256 << 10;
@@ -113,13 +115,15 @@ struct auto_select {
     }
   }
 
-  template <transport_policy Tr, class T, class Op>
-  static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
+  /// run() on `count` elements of op.elem bytes at `base`.
+  template <transport_policy Tr, class Ex>
+  static void run_bytes(Tr& t, std::byte* base, std::size_t count, const detail::erased_op<Ex>& op,
+                        const call_context& ctx) {
+    const std::size_t bytes = count * op.elem, n = t.size();
     // Host peer-memory transports (shm) always take a direct algorithm; the choice
     // depends only on (bytes, n), so every rank makes the same one. Any other transport,
     // peer access or not, goes by the table.
     if constexpr (direct_on<Tr>) {
-      const std::size_t bytes = data.size() * sizeof(T), n = t.size();
       // One-shot wins up to 256 KiB, two-shot (each byte read once per rank) above
       // (docs/perf/tuning.md, "transport::shm"). Only direct algorithms here: they
       // compare call headers themselves (checks_headers_on).
@@ -128,39 +132,27 @@ struct auto_select {
         log(log_level::debug, t.rank(), "auto_select: %zu bytes, %zu ranks -> %s", bytes, n,
             one ? "direct_one_shot" : "direct_two_shot");
       }
-      if (one) return direct_one_shot::run(t, data, op, ctx);
-      return direct_two_shot::run(t, data, op, ctx);
+      if (one) return direct_one_shot::run_bytes(t, base, count, op, ctx);
+      return direct_two_shot::run_bytes(t, base, count, op, ctx);
     } else {
-      (void)op;
-      run_bytes(t, reinterpret_cast<std::byte*>(data.data()), data.size(),
-                detail::erase_op_for<T, Op>(t), ctx);
+      const bool network = tuning::crosses_network(t);
+      const auto_choice c = auto_choose(bytes, n, network);
+      if (log_enabled(log_level::debug)) {
+        log(log_level::debug, t.rank(), "auto_select: %zu bytes, %zu ranks%s -> %s", bytes, n,
+            network ? " across hosts" : "", auto_choice_name(c).data());
+      }
+      switch (c) {
+        case auto_choice::tree:
+          tree::run_bytes(t, base, count, op, ctx);
+          return;
+        case auto_choice::halving_doubling:
+          halving_doubling::run_bytes(t, base, count, op, ctx);
+          return;
+        case auto_choice::ring:
+          break;
+      }
+      ring::run_bytes(t, base, count, op, ctx);
     }
-  }
-
-  /// run() on `count` elements of op.elem bytes at `base`, where every choice is ring,
-  /// tree or halving_doubling (not on shm, whose direct algorithms reduce typed).
-  template <transport_policy Tr, class Ex>
-  requires(!direct_on<Tr>) static void run_bytes(Tr& t, std::byte* base, std::size_t count,
-                                                 const detail::erased_op<Ex>& op,
-                                                 const call_context& ctx) {
-    const std::size_t bytes = count * op.elem, n = t.size();
-    const bool network = tuning::crosses_network(t);
-    const auto_choice c = auto_choose(bytes, n, network);
-    if (log_enabled(log_level::debug)) {
-      log(log_level::debug, t.rank(), "auto_select: %zu bytes, %zu ranks%s -> %s", bytes, n,
-          network ? " across hosts" : "", auto_choice_name(c).data());
-    }
-    switch (c) {
-      case auto_choice::tree:
-        tree::run_bytes(t, base, count, op, ctx);
-        return;
-      case auto_choice::halving_doubling:
-        halving_doubling::run_bytes(t, base, count, op, ctx);
-        return;
-      case auto_choice::ring:
-        break;
-    }
-    ring::run_bytes(t, base, count, op, ctx);
   }
 };
 

@@ -39,7 +39,7 @@ struct broadcast_direct {
   static std::size_t run(Tr& t, std::span<std::byte> data, std::size_t root, const call_header& h,
                          const call_context& ctx, CheckRoot&& check_root) {
     detail::check_direct_transport<Tr>();
-    detail::direct_call<Tr, std::byte, op::sum_t> c(t, {}, ctx);
+    detail::direct_call<Tr> c(t, ctx);
     const std::size_t n = c.n_, r = c.r_, b = data.size();
     if (n == 1) {
       check_root(root);

@@ -37,6 +37,7 @@
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/detail/direct_call.hpp"
 #include "gradsync/algo/detail/direct_registered.hpp"
+#include "gradsync/algo/detail/erasing_run.hpp"
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/transport/concept.hpp"
 
@@ -45,13 +46,13 @@ namespace gradsync::algo {
 /// One-shot: each rank reduces the whole vector from every rank's copy. One flag round
 /// per call while the input fits a slot (transport::shm: 32 KiB), else per chunk; above
 /// that, registered vectors go by slices (registered_min_bytes).
-struct direct_one_shot {
+struct direct_one_shot : detail::erasing_run<direct_one_shot> {
   static constexpr std::string_view name = "direct_one_shot";
   /// Compares the call headers in its first exchange (allreduce() skips agree()), and
   /// checks the input for NaN and Inf itself, sharing the findings in a stage flag
   /// instead of a message round.
   static constexpr algorithm_traits traits{
-      .needs_peer_access = true, .checks_headers = true, .checks_finite = true};
+      .needs_peer_access = true, .checks_headers = true, .checks_finite = true, .on_bytes = true};
 
   /// From this many bytes (and past the inline size) a vector that every rank registered
   /// (transport::shm::allocate) is reduced in place by slices, as direct_two_shot does: the
@@ -61,40 +62,43 @@ struct direct_one_shot {
     return ranks <= 2 ? 0 : std::size_t{128} << 10;
   }
 
-  template <transport_policy Tr, class T, class Op>
-  static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
+  template <transport_policy Tr>
+  static void run_bytes(Tr& t, std::byte* data, std::size_t count,
+                        const typename detail::direct_call<Tr>::op_type& op,
+                        const call_context& ctx) {
     detail::check_direct_transport<Tr>();
-    detail::direct_call<Tr, T, Op> c(t, data, ctx);
+    detail::direct_call<Tr> c(t, data, count, op, ctx);
     if (c.n_ == 1) {
       c.check_finite_first();
-      return c.finalize(c.data_, c.count_, op);
+      return c.finalize(c.data_, c.count_);
     }
     if (c.count_ <= c.inline_capacity()) {
       c.open(name, true);
       c.check_finite_first();
-      detail::reduce_rank_order(
-          c.data_, [&](std::size_t j) { return c.payload(j); }, c.n_, c.count_, op);
-      c.finalize(c.data_, c.count_, op);
+      c.reduce(
+          c.data_, [&](std::size_t j) { return c.payload_bytes(j); }, c.n_, c.count_);
+      c.finalize(c.data_, c.count_);
       return c.close();
     }
     // Above the inline size, a vector every rank registered is read in place, as two-shot
     // reads it: the notes travel with the headers, so every rank takes the same path.
-    const std::size_t bytes = c.count_ * sizeof(T);
+    const std::size_t bytes = c.bytes(c.count_);
     const std::uint64_t note = detail::registered_note(c);
     c.open(name, false, &note, sizeof note);
     if (bytes >= registered_min_bytes(c.n_) && detail::all_registered(c, bytes)) {
       c.check_finite_first();
-      return detail::two_shot_registered(c, op, bytes >= detail::direct_stream_min_bytes);
+      return detail::two_shot_registered(c, bytes >= detail::direct_stream_min_bytes);
     }
     c.check_finite_first();
     const std::size_t chunk = c.half_elems();
     for (std::size_t k = 0, off = 0; off < c.count_; ++k, off += chunk) {
       const std::size_t len = std::min(chunk, c.count_ - off);
-      std::memcpy(c.half(c.r_, k), c.data_ + off, len * sizeof(T));
+      std::byte* const in = c.at(c.data_, off);
+      std::memcpy(c.half(c.r_, k), in, c.bytes(len));
       c.barrier(k + 1);
-      detail::reduce_rank_order(
-          c.data_ + off, [&](std::size_t j) { return c.half(j, k); }, c.n_, len, op);
-      c.finalize(c.data_ + off, len, op);
+      c.reduce(
+          in, [&](std::size_t j) { return c.half(j, k); }, c.n_, len);
+      c.finalize(in, len);
     }
     c.close();
   }
@@ -103,29 +107,31 @@ struct direct_one_shot {
 /// Two-shot: each rank reduces its 1/n slice from every rank's copy, then gathers the
 /// other slices from their owners. One flag round per chunk of a third of a staging
 /// buffer (plus one), besides the header round.
-struct direct_two_shot {
+struct direct_two_shot : detail::erasing_run<direct_two_shot> {
   static constexpr std::string_view name = "direct_two_shot";
   /// Compares the call headers in its first exchange (allreduce() skips agree()), and
   /// checks the input for NaN and Inf itself: staged, in the copy that stages each
   /// chunk, so a late chunk's NaN is found after earlier chunks were reduced.
   static constexpr algorithm_traits traits{
-      .needs_peer_access = true, .checks_headers = true, .checks_finite = true};
+      .needs_peer_access = true, .checks_headers = true, .checks_finite = true, .on_bytes = true};
 
-  template <transport_policy Tr, class T, class Op>
-  static void run(Tr& t, std::span<T> data, Op op, const call_context& ctx) {
+  template <transport_policy Tr>
+  static void run_bytes(Tr& t, std::byte* data, std::size_t count,
+                        const typename detail::direct_call<Tr>::op_type& op,
+                        const call_context& ctx) {
     detail::check_direct_transport<Tr>();
-    detail::direct_call<Tr, T, Op> c(t, data, ctx);
+    detail::direct_call<Tr> c(t, data, count, op, ctx);
     const std::size_t n = c.n_, r = c.r_;
     if (n == 1) {
       c.check_finite_first();
-      return c.finalize(c.data_, c.count_, op);
+      return c.finalize(c.data_, c.count_);
     }
-    const bool stream = c.count_ * sizeof(T) >= detail::direct_stream_min_bytes;
+    const bool stream = c.bytes(c.count_) >= detail::direct_stream_min_bytes;
     const std::uint64_t note = detail::registered_note(c);
     c.open(name, false, &note, sizeof note);
-    if (detail::all_registered(c, c.count_ * sizeof(T))) {
+    if (detail::all_registered(c, c.bytes(c.count_))) {
       c.check_finite_first();
-      return detail::two_shot_registered(c, op, stream);
+      return detail::two_shot_registered(c, stream);
     }
     // Chunks rotate through thirds of the staging buffer, so that staging chunk k+1 and
     // publishing the reduced slices of chunk k share one barrier: when a rank stages
@@ -137,19 +143,21 @@ struct direct_two_shot {
     // With check_finite, staging also looks for NaN and Inf in the whole chunk (the own
     // slice without copying it), and the barrier after it carries what it found.
     const bool finite = c.check_finite();
+    const detail::host_loops& loops = *c.loops_;
     auto stage = [&](std::size_t k) {  // copy the slices the others reduce; true: chunk k is bad
       const std::size_t len = len_of(k);
-      T* in = c.data_ + k * chunk;
-      T* mine = c.third(r, k);
+      const std::byte* in = c.at(c.data_, k * chunk);
+      std::byte* mine = c.third(r, k);
       bool bad = false;
       for (std::size_t i = 0; i < n; ++i) {
         const detail::range s = detail::part(len, n, i);
         if (!finite) {
-          if (i != r) std::memcpy(mine + s.offset, in + s.offset, s.count * sizeof(T));
+          if (i != r) std::memcpy(c.at(mine, s.offset), c.at(in, s.offset), c.bytes(s.count));
         } else if (i != r) {
-          bad |= kernels::copy_first_non_finite(mine + s.offset, in + s.offset, s.count) < s.count;
+          bad |= loops.copy_first_non_finite(c.at(mine, s.offset), c.at(in, s.offset), s.count) <
+                 s.count;
         } else {
-          bad |= kernels::first_non_finite(in + s.offset, s.count) < s.count;
+          bad |= loops.first_non_finite(c.at(in, s.offset), s.count) < s.count;
         }
       }
       return bad;
@@ -158,20 +166,23 @@ struct direct_two_shot {
     auto staged = [&](std::size_t k, bool bad) {
       if (!finite) return c.barrier(k + 1);
       if (c.barrier_marked(k + 1, bad))
-        c.fail_non_finite(c.data_ + k * chunk, len_of(k), k * chunk, k * chunk);
+        c.fail_non_finite(c.at(c.data_, k * chunk), len_of(k), k * chunk, k * chunk);
     };
     if (chunks > 0) staged(0, stage(0));
     for (std::size_t k = 0; k < chunks; ++k) {
       const std::size_t len = len_of(k);
-      T* in = c.data_ + k * chunk;
-      T* mine = c.third(r, k);
+      std::byte* in = c.at(c.data_, k * chunk);
+      std::byte* mine = c.third(r, k);
       const detail::range my = detail::part(len, n, r);
-      detail::reduce_rank_order(
-          mine + my.offset,
-          [&](std::size_t j) -> const T* { return (j == r ? in : c.third(j, k)) + my.offset; }, n,
-          my.count, op);
-      c.finalize(mine + my.offset, my.count, op);
-      detail::copy_out(in + my.offset, mine + my.offset, my.count * sizeof(T), stream);
+      std::byte* const slice = c.at(mine, my.offset);
+      c.reduce(
+          slice,
+          [&](std::size_t j) -> const std::byte* {
+            return c.at(j == r ? in : c.third(j, k), my.offset);
+          },
+          n, my.count);
+      c.finalize(slice, my.count);
+      detail::copy_out(c.at(in, my.offset), slice, c.bytes(my.count), stream);
       if (k + 1 < chunks) {
         staged(k + 1, stage(k + 1));
       } else {
@@ -180,7 +191,8 @@ struct direct_two_shot {
       for (std::size_t i = 0; i < n; ++i) {  // gather the slices the others own
         const detail::range s = detail::part(len, n, i);
         if (i != r)
-          detail::copy_out(in + s.offset, c.third(i, k) + s.offset, s.count * sizeof(T), stream);
+          detail::copy_out(c.at(in, s.offset), c.at(c.third(i, k), s.offset), c.bytes(s.count),
+                           stream);
       }
     }
     if (stream) detail::stream_fence();

@@ -26,24 +26,19 @@
 
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/detail/erased_op.hpp"
+#include "gradsync/algo/detail/erasing_run.hpp"
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/transport/concept.hpp"
 
 namespace gradsync::algo {
 
-struct halving_doubling {
+struct halving_doubling : detail::erasing_run<halving_doubling> {
   static constexpr std::string_view name = "halving_doubling";
   static constexpr algorithm_traits traits{.generic = true, .on_bytes = true};
 
   // Its workspace buffer (get<halving_doubling>) holds the reduce-scatter's in-flight
   // receive segments.
-
-  template <transport_policy Tr, class T, class Op>
-  static void run(Tr& t, std::span<T> data, Op, const call_context& ctx) {
-    run_bytes(t, reinterpret_cast<std::byte*>(data.data()), data.size(),
-              detail::erase_op_for<T, Op>(t), ctx);
-  }
 
   /// run() on `count` elements of op.elem bytes at `base`: one instance per transport.
   template <transport_policy Tr, class Ex>

@@ -21,13 +21,14 @@
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/detail/btree.hpp"
 #include "gradsync/algo/detail/erased_op.hpp"
+#include "gradsync/algo/detail/erasing_run.hpp"
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/transport/concept.hpp"
 
 namespace gradsync::algo {
 
-struct tree {
+struct tree : detail::erasing_run<tree> {
   static constexpr std::string_view name = "tree";
   static constexpr algorithm_traits traits{.generic = true, .on_bytes = true};
 
@@ -49,11 +50,6 @@ struct tree {
   // on it: the schedule is deadlock-free even when sends complete only on a matching
   // receive (rendezvous). Per pair of ranks and step there is at most one message per
   // tree, posted tree A first on both sides, so FIFO matching on one tag is exact.
-  template <transport_policy Tr, class T, class Op>
-  static void run(Tr& t, std::span<T> data, Op, const call_context& ctx) {
-    run_bytes(t, reinterpret_cast<std::byte*>(data.data()), data.size(),
-              detail::erase_op_for<T, Op>(t), ctx);
-  }
 
   /// run() on `count` elements of op.elem bytes at `base`: one instance per transport.
   template <transport_policy Tr, class Ex>

@@ -16,6 +16,7 @@
 
 #include "gradsync/algo/composition.hpp"
 #include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/detail/erased_op.hpp"
 #include "gradsync/core/call.hpp"
 #include "gradsync/detail/host_allreduce.hpp"
 #include "gradsync/observe/stats.hpp"
@@ -59,15 +60,15 @@ class bucket_wire {
     }
   }();
 
-  /// The type of the element ops its buckets run on (on_bytes only): for the executor of
+  /// The type of the erased ops its buckets run on (on_bytes only): for the executor of
   /// the transport their messages go through.
   template <class W = typename wire_transport<Transport, Algorithm>::type>
-  using ops_type = element_ops<decltype(std::declval<const W&>().executor())>;
+  using ops_type = algo::detail::erased_op<decltype(std::declval<const W&>().executor())>;
 
-  /// The element ops a bucket of T reduced with Op runs on (on_bytes only): a constant.
+  /// The erased ops a bucket of T reduced with Op runs on (on_bytes only): a constant.
   template <class T, class Op>
   static constexpr const auto& ops_of() {
-    return element_ops_v<typename ops_type<>::executor_type, T, Op>;
+    return algo::detail::erased_op_v<typename ops_type<>::executor_type, T, Op>;
   }
 
   Transport& transport() const { return t_; }
@@ -77,10 +78,10 @@ class bucket_wire {
   /// The collective of `count` elements at `data`, their type and op erased into `ops`
   /// (on_bytes).
   template <class Ex>
-  void run_bytes(const element_ops<Ex>& ops, void* data, std::size_t count, observe::track tr,
-                 observe::call_stats& acc) const {
+  void run_bytes(const algo::detail::erased_op<Ex>& ops, void* data, std::size_t count,
+                 observe::track tr, observe::call_stats& acc) const {
     std::byte* const base = static_cast<std::byte*>(data);
-    const std::size_t bytes = count * ops.op.elem;
+    const std::size_t bytes = count * ops.elem;
     acc.bytes_encoded += bytes;
     if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
       observe::traced_transport<Transport> tt(t_, &tl_, tr);

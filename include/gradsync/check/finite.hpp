@@ -41,21 +41,27 @@ struct finite_finding {
 
 namespace detail {
 
+/// This rank's finding for element `index` of tensor `tensor`, whose value `value` names
+/// ("NaN", "+Inf", "-Inf"), or for none (`value` null).
+inline finite_finding make_finding_named(std::size_t tensor, std::size_t index, const char* value,
+                                         std::uint64_t rank, const std::string& who) {
+  finite_finding f;
+  f.rank = rank;
+  std::memcpy(f.who, who.data(), std::min(who.size(), sizeof f.who - 1));
+  if (value) {
+    f.tensor = tensor;
+    f.index = index;
+    f.ranks_bad = 1;
+    std::memcpy(f.value, value, std::min(std::strlen(value), sizeof f.value - 1));
+  }
+  return f;
+}
+
 /// This rank's finding for element `index` of tensor `tensor` (value `v`), or for none.
 template <class T>
 finite_finding make_finding(std::size_t tensor, std::size_t index, const T* v, std::uint64_t rank,
                             const std::string& who) {
-  finite_finding f;
-  f.rank = rank;
-  std::memcpy(f.who, who.data(), std::min(who.size(), sizeof f.who - 1));
-  if (v) {
-    f.tensor = tensor;
-    f.index = index;
-    f.ranks_bad = 1;
-    const char* name = kernels::non_finite_name(*v);
-    std::memcpy(f.value, name, std::strlen(name));
-  }
-  return f;
+  return make_finding_named(tensor, index, v ? kernels::non_finite_name(*v) : nullptr, rank, who);
 }
 
 /// The first finding of `all` by rank, with ranks_bad summed.

@@ -3,7 +3,8 @@
 // (check/call_frame.hpp): what gradsync::allreduce runs once it has checked its
 // arguments, and what an allreducer's bucket runs (allreducer/bucket_runner.hpp), so
 // that a bucket does not go back up through the public entry point. A bucket whose
-// algorithm runs on bytes comes with its element type already erased (element_ops).
+// algorithm runs on bytes comes with its element type already erased
+// (algo/detail/erased_op.hpp).
 #pragma once
 
 #include <cstddef>
@@ -20,22 +21,6 @@
 #include "gradsync/kernels/finite.hpp"
 
 namespace gradsync::detail {
-
-/// An element type and op erased once, for the algorithms that run on bytes (their traits
-/// say on_bytes): the reductions they call and what the call's header says of the two.
-template <class Ex>  ///< the executor type of the transport the call runs on
-struct element_ops {
-  using executor_type = Ex;
-  algo::detail::erased_op<Ex> op;
-  dtype type;
-  reduce_op id;
-};
-
-/// element_ops of T and Op on executor type Ex, a constant an allreducer's step table
-/// points to.
-template <class Ex, class T, class Op>
-inline constexpr element_ops<Ex> element_ops_v{algo::detail::erase_op<Ex, T, Op>(),
-                                               dtype_of<T>::value, Op::id};
 
 /// What an in-place host allreduce does around its algorithm `run`, through the call's
 /// frame: the header agreement (unless the algorithm checks headers itself), the
@@ -86,15 +71,15 @@ void host_allreduce(Tr& t, std::span<T> data, Op op, const call_options& opt) {
 template <class A,   ///< the algorithm; its traits on Tr say on_bytes
           class Tr,  ///< the transport, or a wrapper that forwards to it
           class Ex>  ///< Tr's executor type
-void host_allreduce_bytes(Tr& t, std::byte* data, std::size_t count, const element_ops<Ex>& ops,
-                          const call_options& opt) {
+void host_allreduce_bytes(Tr& t, std::byte* data, std::size_t count,
+                          const algo::detail::erased_op<Ex>& ops, const call_options& opt) {
   static_assert(traits_of<A, Tr>().on_bytes,
                 "gradsync: host_allreduce_bytes runs algorithms whose traits say on_bytes");
   call_frame<Tr> f(t, opt, {"allreduce", A::name, ops.type, ops.id, count, {}});
   const call_context& ctx = f.context();
   checked_allreduce(
-      f, data, count * ops.op.elem, traits_of<A, Tr>().checks_headers, false, [] {},
-      [&] { A::run_bytes(t, data, count, ops.op, ctx); });
+      f, data, count * ops.elem, traits_of<A, Tr>().checks_headers, false, [] {},
+      [&] { A::run_bytes(t, data, count, ops, ctx); });
 }
 
 }  // namespace gradsync::detail

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -18,6 +19,8 @@
 #endif
 
 #include "gradsync/algo/concept.hpp"
+#include "gradsync/algo/detail/erased_op.hpp"
+#include "gradsync/algo/detail/host_loops.hpp"
 #include "gradsync/algo/detail/partition.hpp"
 #include "gradsync/algo/tuning.hpp"
 #include "gradsync/check/call_frame.hpp"
@@ -81,19 +84,21 @@ inline void stream_fence() {
 #endif
 }
 
-/// dst = src(0) (+) src(1) (+) ... (+) src(n-1), combined in exactly this order.
-/// `src(j)` returns rank j's copy; none of them may overlap dst.
-template <class T, class Op, class Src>
-void reduce_rank_order(T* dst, Src&& src, std::size_t nsrc, std::size_t count, Op op) {
-  constexpr std::size_t blk = std::max<std::size_t>(1, direct_block_bytes / sizeof(T));
+/// dst = src(0) (+) src(1) (+) ... (+) src(n-1) for `count` elements of `elem` bytes,
+/// combined in exactly this order by `loops`. `src(j)` returns rank j's copy; none of them
+/// may overlap dst.
+template <class Src>
+void reduce_rank_order(std::byte* dst, Src&& src, std::size_t nsrc, std::size_t count,
+                       std::size_t elem, const host_loops& loops) {
+  const std::size_t blk = std::max<std::size_t>(1, direct_block_bytes / elem);
   for (std::size_t off = 0; off < count; off += blk) {
-    const std::size_t len = std::min(blk, count - off);
+    const std::size_t len = std::min(blk, count - off), at = off * elem;
     if (nsrc == 1) {
-      std::memcpy(dst + off, src(0) + off, len * sizeof(T));
+      std::memcpy(dst + at, src(0) + at, len * elem);
       continue;
     }
-    kernels::reduce_to(dst + off, src(0) + off, src(1) + off, len, op);
-    for (std::size_t j = 2; j < nsrc; ++j) kernels::reduce_into(dst + off, src(j) + off, len, op);
+    loops.reduce_to(dst + at, src(0) + at, src(1) + at, len);
+    for (std::size_t j = 2; j < nsrc; ++j) loops.reduce_into(dst + at, src(j) + at, len);
   }
 }
 
@@ -122,49 +127,65 @@ inline void compare_headers(const std::byte* const* hdr, std::size_t n, std::siz
                   std::to_string(ndiff) + " rank(s) differ from rank 0):" + diffs);
 }
 
-/// One direct call on one rank: the header round, chunk stages, and the final flag.
-template <class Tr, class T, class Op>
+/// One direct call on one rank: the header round, chunk stages, and the final flag. It
+/// works on bytes: counts are in elements of elem_ bytes, reduced by loops_ (erased_op.hpp).
+template <class Tr>
 class direct_call {
  public:
-  direct_call(Tr& t, std::span<T> data, const call_context& ctx)
+  /// The erased element type and op of a call over Tr.
+  using op_type = erased_op<decltype(std::declval<const Tr&>().executor())>;
+
+  /// A call that reduces `count` elements at `data` of the type and op `op` erased.
+  direct_call(Tr& t, std::byte* data, std::size_t count, const op_type& op, const call_context& ctx)
       : t_(t),
-        data_(data.data()),
-        count_(data.size()),
+        data_(data),
+        count_(count),
+        elem_(op.elem),
+        type_(op.type),
+        id_(op.id),
+        loops_(op.host),
         ctx_(ctx),
         n_(t.size()),
         r_(t.rank()),
         parity_(static_cast<unsigned>(ctx.seq & 1)) {}
+  /// A call that moves bytes and reduces nothing (broadcast, allgather).
+  direct_call(Tr& t, const call_context& ctx) : direct_call(t, nullptr, 0, bytes_only(), ctx) {}
 
-  std::size_t inline_capacity() const {
-    return (t_.slot_bytes() - sizeof(call_header)) / sizeof(T);
-  }
-  std::size_t half_elems() const { return t_.exchange_bytes() / 2 / sizeof(T); }
+  std::size_t inline_capacity() const { return (t_.slot_bytes() - sizeof(call_header)) / elem_; }
+  std::size_t half_elems() const { return t_.exchange_bytes() / 2 / elem_; }
   std::size_t third_stride() const { return t_.exchange_bytes() / 3 / 64 * 64; }
-  std::size_t third_elems() const { return third_stride() / sizeof(T); }
-  T* third(std::size_t rank, std::size_t chunk) {
-    return reinterpret_cast<T*>(t_.exchange(rank) + (chunk % 3) * third_stride());
+  std::size_t third_elems() const { return third_stride() / elem_; }
+  std::byte* third(std::size_t rank, std::size_t chunk) {
+    return t_.exchange(rank) + (chunk % 3) * third_stride();
   }
-  T* half(std::size_t rank, std::size_t chunk) {
-    return reinterpret_cast<T*>(t_.exchange(rank) + (chunk & 1) * (t_.exchange_bytes() / 2));
-  }
-  T* payload(std::size_t rank) {
-    return reinterpret_cast<T*>(t_.slot(rank, parity_) + sizeof(call_header));
+  std::byte* half(std::size_t rank, std::size_t chunk) {
+    return t_.exchange(rank) + (chunk & 1) * (t_.exchange_bytes() / 2);
   }
   std::byte* payload_bytes(std::size_t rank) {
     return t_.slot(rank, parity_) + sizeof(call_header);
   }
   /// Bytes a rank can publish after its header in the header round.
   std::size_t inline_bytes() const { return t_.slot_bytes() - sizeof(call_header); }
+  /// The `i`-th element from p (counts in elements, pointers in bytes).
+  std::byte* at(std::byte* p, std::size_t i) const { return p + i * elem_; }
+  const std::byte* at(const std::byte* p, std::size_t i) const { return p + i * elem_; }
+  std::size_t bytes(std::size_t elems) const { return elems * elem_; }
+
+  /// reduce_rank_order() of this call's element type and op.
+  template <class Src>
+  void reduce(std::byte* dst, Src&& src, std::size_t nsrc, std::size_t count) const {
+    reduce_rank_order(dst, src, nsrc, count, elem_, *loops_);
+  }
 
   /// The header round; with `with_payload` the whole input travels inline too, else
   /// `extra_bytes` of `extra` (if any) are published at the start of the payload.
   void open(std::string_view algo, bool with_payload, const void* extra = nullptr,
             std::size_t extra_bytes = 0) {
-    const call_header h = gradsync::detail::header_of(
-        ctx_.seq, {"allreduce", algo, dtype_of<T>::value, Op::id, count_, {}}, algo,
-        check_finite() ? call_header::finite_checked : 0);
+    const call_header h =
+        gradsync::detail::header_of(ctx_.seq, {"allreduce", algo, type_, id_, count_, {}}, algo,
+                                    check_finite() ? call_header::finite_checked : 0);
     if (with_payload) {
-      open_header(h, "allreduce", data_, count_ * sizeof(T));
+      open_header(h, "allreduce", data_, bytes(count_));
     } else {
       open_header(h, "allreduce", extra, extra_bytes);
     }
@@ -246,7 +267,7 @@ class direct_call {
   }
 
   /// Whether this call checks its input for NaN and Inf itself (call_context::check_finite).
-  bool check_finite() const { return kernels::can_be_non_finite_v<T> && ctx_.check_finite; }
+  bool check_finite() const { return loops_->can_be_non_finite && ctx_.check_finite; }
 
   /// barrier(step), posted with a mark when this rank `found` a NaN or Inf in what it read
   /// before it; true when any rank did, the same answer on every rank: a marked flag
@@ -266,10 +287,12 @@ class direct_call {
   /// [from, from + len) (element `first` of the input; ranks that found none there state
   /// none), the ranks agree, and every rank throws errc::non_finite naming the first such
   /// rank. `reduced`: how many elements before `first` the call has already reduced in place.
-  [[noreturn]] void fail_non_finite(const T* from, std::size_t len, std::size_t first,
+  [[noreturn]] void fail_non_finite(const std::byte* from, std::size_t len, std::size_t first,
                                     std::size_t reduced) {
-    finite_finding mine = find_non_finite(t_, r_, from, len);
-    if (mine.found()) mine.index += first;
+    const std::size_t i = loops_->first_non_finite(from, len);
+    const finite_finding mine = gradsync::detail::make_finding_named(
+        0, first + i, i < len ? loops_->non_finite_name(at(from, i)) : nullptr, r_,
+        describe_rank(t_, r_));
     const std::string left =
         reduced == 0 ? std::string(gradsync::detail::nothing_reduced)
                      : "no rank summed it, but the first " + std::to_string(reduced) +
@@ -291,22 +314,30 @@ class direct_call {
   /// checked first, with one marked barrier (it then counts as a step of its own).
   void check_finite_first() {
     if (!check_finite()) return;
-    const bool bad = kernels::first_non_finite(data_, count_) < count_;
+    const bool bad = loops_->first_non_finite(data_, count_) < count_;
     if (barrier_marked(1, bad)) fail_non_finite(data_, count_, 0, 0);
     step_base += 1;
   }
 
-  void finalize(T* p, std::size_t len, Op op) { kernels::finalize(p, len, n_, op); }
+  void finalize(std::byte* p, std::size_t len) const { loops_->finalize(p, len, n_); }
 
   Tr& t_;
-  T* data_;
+  std::byte* data_;
   std::size_t count_;
+  std::size_t elem_;
+  dtype type_;
+  reduce_op id_;
+  const host_loops* loops_;  ///< null in a call that reduces nothing
   const call_context& ctx_;
   std::size_t n_, r_;
   unsigned parity_;
   std::uint64_t step_base = 0;
 
  private:
+  /// The erased op of a call that reduces nothing: elements are bytes.
+  static constexpr op_type bytes_only() {
+    return {1, dtype::i8, reduce_op::sum, nullptr, nullptr, nullptr};
+  }
   /// Steps stay below this bit; barrier_marked() sets it.
   static constexpr std::uint64_t found_mark = std::uint64_t{1} << 31;
   /// The call's number modulo 2^32 above the step: (seq + 1) << 32 itself would wrap to 0
