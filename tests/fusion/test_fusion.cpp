@@ -242,6 +242,7 @@ TEST_CASE("an algorithm that runs on bytes gets the element type erased once, at
   CHECK(o64->type == gs::dtype::f64);
   CHECK(o64->elem == 8);
   CHECK(o64->id == gs::reduce_op::sum);
+  CHECK(o32->host == nullptr);  // no peer memory on local: the host loops are not compiled
   CHECK_FALSE(ring[static_cast<std::size_t>(gs::dtype::bf16)]);  // not listed: not built
   // auto_select on shm: its direct algorithms run on bytes too, reducing with the type's
   // host loops, one table per (type, op).

@@ -88,7 +88,7 @@ struct auto_select : detail::erasing_run<auto_select> {
   static constexpr std::string_view name = "auto";
   /// Whether every choice over Tr is a direct algorithm (host peer-memory transports: shm).
   template <class Tr>
-  static constexpr bool direct_on = peer_memory_transport<Tr> && (Tr::memory == memory_space::host);
+  static constexpr bool direct_on = detail::reads_host_peers_v<Tr>;
   static constexpr algorithm_traits traits{.chooses = true};
   /// On shm every choice is a direct algorithm, which compares the call headers and
   /// checks for NaN and Inf itself, so allreduce() skips those passes there. Where Tr

@@ -68,7 +68,7 @@ class bucket_wire {
   /// The erased ops a bucket of T reduced with Op runs on (on_bytes only): a constant.
   template <class T, class Op>
   static constexpr const auto& ops_of() {
-    return algo::detail::erased_op_v<typename ops_type<>::executor_type, T, Op>;
+    return algo::detail::erased_op_v<typename wire_transport<Transport, Algorithm>::type, T, Op>;
   }
 
   Transport& transport() const { return t_; }

@@ -9,10 +9,12 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 
 #include "gradsync/algo/detail/host_loops.hpp"
 #include "gradsync/core/dtype.hpp"
 #include "gradsync/core/op.hpp"
+#include "gradsync/transport/concept.hpp"
 
 namespace gradsync::algo::detail {
 
@@ -27,12 +29,14 @@ struct erased_op {
   void (*reduce_into)(const Ex& ex, std::byte* dst, const std::byte* src, std::size_t n);
   /// The op's final step (avg: divide by `ranks`) on n elements in place.
   void (*finalize)(const Ex& ex, std::byte* data, std::size_t n, std::size_t ranks);
-  /// The same type's loops on host memory, for the direct algorithms (algo/direct.hpp).
+  /// The same type's loops on host memory, for the direct algorithms (algo/direct.hpp);
+  /// null over transports without host peer memory (reads_host_peers_v).
   const host_loops* host;
 };
 
-/// erased_op for element type T and op Op on executor type Ex.
-template <class Ex, class T, class Op>
+/// erased_op for element type T and op Op on executor type Ex; with `Host`, it carries
+/// the type's host loops too.
+template <class Ex, class T, class Op, bool Host>
 constexpr erased_op<Ex> erase_op() {
   return {sizeof(T),
           dtype_of<T>::value,
@@ -43,17 +47,24 @@ constexpr erased_op<Ex> erase_op() {
           [](const Ex& ex, std::byte* data, std::size_t n, std::size_t ranks) {
             ex.finalize(reinterpret_cast<T*>(data), n, ranks, Op{});
           },
-          &host_loops_v<T, Op>};
+          Host ? &host_loops_v<T, Op> : nullptr};
 }
 
-/// erase_op<Ex, T, Op>() as a constant, which an allreducer's step table points to.
-template <class Ex, class T, class Op>
-inline constexpr erased_op<Ex> erased_op_v = erase_op<Ex, T, Op>();
+/// Whether algorithms over Tr may read its peers' memory on the host (the direct ones):
+/// only then do its erased ops carry the host loops, which are compiled for them alone.
+template <class Tr>
+inline constexpr bool reads_host_peers_v = peer_memory_transport<Tr>&& host_transport<Tr>;
 
-/// erased_op for T and Op on the executor of transport t.
+/// The erased ops of T and Op over transport Tr, a constant (an allreducer's step table
+/// points to it).
+template <class Tr, class T, class Op>
+inline constexpr erased_op<decltype(std::declval<const Tr&>().executor())> erased_op_v =
+    erase_op<decltype(std::declval<const Tr&>().executor()), T, Op, reads_host_peers_v<Tr>>();
+
+/// erased_op_v for T and Op over the transport of t.
 template <class T, class Op, class Tr>
-auto erase_op_for(const Tr& t) {
-  return erase_op<decltype(t.executor()), T, Op>();
+const auto& erase_op_for(const Tr&) {
+  return erased_op_v<Tr, T, Op>;
 }
 
 }  // namespace gradsync::algo::detail
