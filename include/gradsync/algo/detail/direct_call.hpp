@@ -267,7 +267,7 @@ class direct_call {
   }
 
   /// Whether this call checks its input for NaN and Inf itself (call_context::check_finite).
-  bool check_finite() const { return loops_->can_be_non_finite && ctx_.check_finite; }
+  bool check_finite() const { return loops_ && loops_->can_be_non_finite && ctx_.check_finite; }
 
   /// barrier(step), posted with a mark when this rank `found` a NaN or Inf in what it read
   /// before it; true when any rank did, the same answer on every rank: a marked flag
