@@ -196,6 +196,24 @@ void expect_all_refused(const std::vector<std::optional<shm>>& a,
   CHECK_FALSE(shm_name_exists(gs::transport::detail::segment_name(job)));
 }
 
+// A group of rank + 2 forms up to `rank`, a second claimant of `rank` is refused, and
+// the group's last rank joins: every rank stops in its bootstrap, naming the collision.
+void expect_bootstrap_stopped(std::size_t rank, const std::string& job) {
+  const std::size_t n = rank + 2;
+  std::vector<std::optional<shm>> a(n);
+  std::vector<std::string> why(n);
+  std::vector<std::thread> ranks;
+  ranks.emplace_back([&] { join(a, why, 0, job); });
+  wait_for_name(job);
+  for (std::size_t r = 1; r <= rank; ++r) ranks.emplace_back([&, r] { join(a, why, r, job); });
+  // Wait until those ranks have taken their places (the segment still waits for the last).
+  if (rank > 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  expect_refused(rank, n, job);
+  ranks.emplace_back([&] { join(a, why, n - 1, job); });
+  for (std::thread& t : ranks) t.join();
+  expect_all_refused(a, why, job);
+}
+
 // A group of 2 forms and sums, and a second claimant of `rank` is refused; with
 // `call_again`, the group's next call must then fail. Returns what the ranks' close
 // wrote to stderr, after checking that the last one out removed the roster.
@@ -225,16 +243,7 @@ void expect_running_group_stopped(std::size_t rank, const std::string& job) {
 // other finish together, the other job's rank 1 too late to find the roster).
 TEST_CASE("shm job id collision: a second rank 0 during the bootstrap stops both") {
   gs::testbed::watchdog wd(60, "second rank 0, bootstrap");
-  const std::string job = job_id("creator");
-  std::vector<std::optional<shm>> a(2);
-  std::vector<std::string> why(2);
-  std::thread a0([&] { join(a, why, 0, job); });
-  wait_for_name(job);
-  expect_refused(0, 2, job);
-  std::thread a1([&] { join(a, why, 1, job); });
-  a0.join();
-  a1.join();
-  expect_all_refused(a, why, job);
+  expect_bootstrap_stopped(0, job_id("creator"));
 }
 
 TEST_CASE("shm job id collision: a second rank 0 after the bootstrap stops the group's next call") {
@@ -260,20 +269,7 @@ TEST_CASE("shm job id collision: a second rank 0 after the group's last call is 
 
 TEST_CASE("shm job id collision: a second rank 1 during the bootstrap stops both") {
   gs::testbed::watchdog wd(60, "second rank 1, bootstrap");
-  const std::string job = job_id("rank");
-  std::vector<std::optional<shm>> a(3);
-  std::vector<std::string> why(3);
-  std::thread a0([&] { join(a, why, 0, job); });
-  wait_for_name(job);
-  std::thread a1([&] { join(a, why, 1, job); });
-  // Wait until rank 1 has taken its place (the segment still waits for rank 2).
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  expect_refused(1, 3, job);
-  std::thread a2([&] { join(a, why, 2, job); });
-  a0.join();
-  a1.join();
-  a2.join();
-  expect_all_refused(a, why, job);
+  expect_bootstrap_stopped(1, job_id("rank"));
 }
 
 TEST_CASE("shm job id collision: a second rank 1 after the bootstrap stops the group's next call") {
