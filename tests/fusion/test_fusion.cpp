@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <gradsync/gradsync.hpp>
+#include <gradsync/transport/shm.hpp>
 
 #include "fusion_helpers.hpp"
 #include "watchdog.hpp"
@@ -275,6 +276,53 @@ TEST_CASE("an algorithm that runs on bytes gets the element type erased once, at
   CHECK_FALSE((typed[static_cast<std::size_t>(gs::dtype::f32)].fn ==
                typed[static_cast<std::size_t>(gs::dtype::f64)].fn));
   CHECK(typed[static_cast<std::size_t>(gs::dtype::f32)].ops == nullptr);
+}
+
+TEST_CASE("over levels, a hierarchical that runs on bytes across gets the type erased once") {
+  namespace d = gs::detail;
+  using two = gs::transport::two_level<local, local>;
+  const auto types = gs::element_types<float, double>{};
+  // hierarchical<ring>: one byte-level step for both types; the node level sums (avg
+  // divides once, on the shard's owner) and the ring across the nodes sums too.
+  using hier_runner = d::bucket_runner<two, gs::algo::hierarchical<>, gs::compress::none>;
+  using hier_ops = d::bucket_wire<two, gs::algo::hierarchical<>>::ops_type<>;
+  const auto hier = hier_runner::steps<gs::op::avg_t>(types);
+  const auto& f32 = hier[static_cast<std::size_t>(gs::dtype::f32)];
+  const auto& f64 = hier[static_cast<std::size_t>(gs::dtype::f64)];
+  REQUIRE(f32);
+  REQUIRE(f64);
+  CHECK((f32.fn == f64.fn));
+  const auto* o32 = static_cast<const hier_ops*>(f32.ops);
+  const auto* o64 = static_cast<const hier_ops*>(f64.ops);
+  REQUIRE(o32 != nullptr);
+  REQUIRE(o64 != nullptr);
+  CHECK(o32->level.elem == 4);
+  CHECK(o64->level.elem == 8);
+  CHECK(o32->level.id == gs::reduce_op::sum);
+  CHECK(o32->final_op.id == gs::reduce_op::avg);
+  CHECK(o32->final_op.type == gs::dtype::f32);
+  CHECK(o32->inter.id == gs::reduce_op::sum);
+  CHECK(o64->inter.type == gs::dtype::f64);
+  // Three levels: the inner hierarchical's ops nest, summing at every level.
+  using three = gs::transport::two_level<local, two>;
+  using deep = gs::algo::hierarchical<gs::algo::hierarchical<>>;
+  using deep_ops = d::bucket_wire<three, deep>::ops_type<>;
+  const auto deep_steps =
+      d::bucket_runner<three, deep, gs::compress::none>::steps<gs::op::avg_t>(types);
+  const auto* n32 =
+      static_cast<const deep_ops*>(deep_steps[static_cast<std::size_t>(gs::dtype::f32)].ops);
+  REQUIRE(n32 != nullptr);
+  CHECK(n32->final_op.id == gs::reduce_op::avg);
+  CHECK(n32->inter.level.id == gs::reduce_op::sum);
+  CHECK(n32->inter.final_op.id == gs::reduce_op::sum);
+  CHECK(n32->inter.inter.elem == 4);
+  // An inter-node algorithm without run_bytes keeps a typed step per type.
+  using typed_hier = gs::algo::hierarchical<typed_ring>;
+  const auto typed =
+      d::bucket_runner<two, typed_hier, gs::compress::none>::steps<gs::op::sum_t>(types);
+  CHECK(typed[static_cast<std::size_t>(gs::dtype::f32)].ops == nullptr);
+  CHECK_FALSE((typed[static_cast<std::size_t>(gs::dtype::f32)].fn ==
+               typed[static_cast<std::size_t>(gs::dtype::f64)].fn));
 }
 
 TEST_CASE("allreducer_options::bucket_bytes replaces the policy's cap at run time") {

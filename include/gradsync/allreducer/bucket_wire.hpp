@@ -12,11 +12,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "gradsync/algo/composition.hpp"
 #include "gradsync/algo/concept.hpp"
 #include "gradsync/algo/detail/erased_op.hpp"
+#include "gradsync/algo/hierarchical.hpp"
 #include "gradsync/core/call.hpp"
 #include "gradsync/detail/host_allreduce.hpp"
 #include "gradsync/observe/stats.hpp"
@@ -27,7 +29,7 @@
 
 namespace gradsync::detail {
 
-/// What a bucket's messages go through over the flat transport Tr with algorithm A: a
+/// What a bucket's messages go through over transport Tr (or a level) with algorithm A: a
 /// traced_transport where A is generic (its messages counted and on the timeline), else Tr.
 template <class Tr, class A, bool = observe::traces_steps_v<A, Tr>>
 struct wire_transport {
@@ -44,52 +46,81 @@ template <class Transport,  ///< the allreducer's transport (or levels of them)
 class bucket_wire {
   using steady = std::chrono::steady_clock;
 
+  /// What a bucket's messages go through over levels: the node's through a
+  /// traced_transport always, the cross-node ones through one where the inter-node
+  /// algorithm is generic (else, for algo::native, the level itself).
+  template <class Tr = Transport>
+  struct level_wire {
+    using intra_t = typename Tr::intra_type;
+    using inter_t = typename Tr::inter_type;
+    static constexpr bool traced_out =
+        observe::traces_steps_v<typename Algorithm::inter_algorithm, inter_t>;
+    using in = observe::traced_transport<intra_t>;
+    using out = typename wire_transport<inter_t, typename Algorithm::inter_algorithm>::type;
+  };
+
  public:
   /// Over `t`, each call run with `opt` (its label names the bucket) and its messages
   /// and phases put on `tl`; all three must outlive it.
   bucket_wire(Transport& t, const call_options& opt, observe::timeline& tl)
       : t_(t), opt_(opt), tl_(tl) {}
 
-  /// Whether a bucket's collective runs on bytes: one flat transport, and an algorithm
-  /// with run_bytes on it (algorithm_traits::on_bytes).
+  /// Whether a bucket's collective runs on bytes: an algorithm with run_bytes on the flat
+  /// transport (algorithm_traits::on_bytes), or over levels a hierarchical whose
+  /// inter-node algorithm runs on bytes (hierarchical::bytes_over).
   static constexpr bool on_bytes = [] {
     if constexpr (transport_policy<Transport>) {
       return traits_of<Algorithm, Transport>().on_bytes;
+    } else if constexpr (is_hierarchical<Algorithm>) {
+      return Algorithm::template bytes_over<typename level_wire<>::in,
+                                            typename level_wire<>::out>();
     } else {
-      return false;
+      return false;  // refused by the composition table
     }
   }();
 
-  /// The type of the erased ops its buckets run on (on_bytes only): for the executor of
-  /// the transport their messages go through.
-  template <class W = typename wire_transport<Transport, Algorithm>::type>
-  using ops_type = algo::detail::erased_op<decltype(std::declval<const W&>().executor())>;
-
-  /// The erased ops a bucket of T reduced with Op runs on (on_bytes only): a constant.
+  /// The erased ops a bucket of T reduced with Op runs on (on_bytes only), a constant: for
+  /// the executor of the transport their messages go through, or over levels the
+  /// hierarchical's level_ops for the transports of each level.
   template <class T, class Op>
   static constexpr const auto& ops_of() {
-    return algo::detail::erased_op_v<typename wire_transport<Transport, Algorithm>::type, T, Op>;
+    if constexpr (transport_policy<Transport>) {
+      return algo::detail::erased_op_v<typename wire_transport<Transport, Algorithm>::type, T, Op>;
+    } else {
+      return Algorithm::template ops_v<typename level_wire<>::in, typename level_wire<>::out, T,
+                                       Op>;
+    }
   }
+
+  /// The type of the erased ops its buckets run on (on_bytes only): the same for every
+  /// element type and op.
+  template <class T = float, class Op = op::sum_t>
+  using ops_type = std::remove_cvref_t<decltype(ops_of<T, Op>())>;
 
   Transport& transport() const { return t_; }
   const call_options& options() const { return opt_; }
   observe::timeline& timeline() const { return tl_; }
 
   /// The collective of `count` elements at `data`, their type and op erased into `ops`
-  /// (on_bytes).
-  template <class Ex>
-  void run_bytes(const algo::detail::erased_op<Ex>& ops, void* data, std::size_t count,
-                 observe::track tr, observe::call_stats& acc) const {
+  /// (on_bytes: ops_of<T, Op>()).
+  template <class Ops>
+  void run_bytes(const Ops& ops, void* data, std::size_t count, observe::track tr,
+                 observe::call_stats& acc) const {
     std::byte* const base = static_cast<std::byte*>(data);
-    const std::size_t bytes = count * ops.elem;
-    acc.bytes_encoded += bytes;
-    if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
+    if constexpr (transport::leveled<Transport>) {
+      acc.bytes_encoded += count * ops.level.elem;
+      run_levels(count, count * ops.level.elem, tr, acc, [&](auto& in, auto& out, auto& phase) {
+        Algorithm::run_on_bytes(t_, in, out, base, count, ops, opt_, phase);
+      });
+    } else if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
+      acc.bytes_encoded += count * ops.elem;
       observe::traced_transport<Transport> tt(t_, &tl_, tr);
       host_allreduce_bytes<Algorithm>(tt, base, count, ops, opt_);
       acc.bytes_wire += tt.bytes_sent();
     } else {  // not generic on Transport, so not traced: the bytes are the ring's model
+      acc.bytes_encoded += count * ops.elem;
       host_allreduce_bytes<Algorithm>(t_, base, count, ops, opt_);
-      acc.bytes_wire += ring_wire_bytes(bytes, t_.size());
+      acc.bytes_wire += ring_wire_bytes(count * ops.elem, t_.size());
       acc.wire_measured = false;
     }
   }
@@ -105,8 +136,10 @@ class bucket_wire {
     } else {
       std::span<T> s(data, count);
       acc.bytes_encoded += s.size_bytes();
-      if constexpr (transport::leveled<Transport>) {
-        run_levels<T, Op>(s, tr, acc);
+      if constexpr (transport::leveled<Transport>) {  // algo::hierarchical<algo::native>
+        run_levels(s.size(), s.size_bytes(), tr, acc, [&](auto& in, auto& out, auto& phase) {
+          Algorithm::run_on(t_, in, out, s, Op{}, opt_, phase);
+        });
       } else if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
         observe::traced_transport<Transport> tt(t_, &tl_, tr);
         host_allreduce<Algorithm>(tt, s, Op{}, opt_);
@@ -120,27 +153,26 @@ class bucket_wire {
   }
 
  private:
-  /// Over levels: the phases on the timeline, and the bytes each level sends counted
+  /// Over levels: `run(in, out, phase)` runs the bucket's `elements` elements (`bytes`
+  /// bytes) with its phases put on the timeline, and the bytes each level sends counted
   /// by a traced_transport around it (the node's ring always; the inter-node algorithm
   /// when it is generic, else, for algo::native, the ring model of the shard).
-  template <class T, class Op>
-  void run_levels(std::span<T> s, observe::track tr, observe::call_stats& acc) const {
-    using intra_t = typename Transport::intra_type;
-    using inter_t = typename Transport::inter_type;
-    using inter_algo = typename Algorithm::inter_algorithm;
+  template <class Run>
+  void run_levels(std::size_t elements, std::size_t bytes, observe::track tr,
+                  observe::call_stats& acc, Run&& run) const {
+    using wire = level_wire<>;
     auto phase = [&](std::string_view name, steady::time_point b, steady::time_point e) {
-      tl_.complete_with(name, tr, b, e, [&] { return "\"elements\":" + std::to_string(s.size()); });
+      tl_.complete_with(name, tr, b, e, [&] { return "\"elements\":" + std::to_string(elements); });
     };
-    observe::traced_transport<intra_t> in(t_.intra(), &tl_, tr);
-    if constexpr (observe::traces_steps_v<inter_algo, inter_t>) {
-      observe::traced_transport<inter_t> out(t_.inter(), &tl_, tr);
-      Algorithm::run_on(t_, in, out, s, Op{}, opt_, phase);
+    typename wire::in in(t_.intra(), &tl_, tr);
+    if constexpr (wire::traced_out) {
+      typename wire::out out(t_.inter(), &tl_, tr);
+      run(in, out, phase);
       acc.bytes_wire += in.bytes_sent() + out.bytes_sent();
     } else {
-      Algorithm::run_on(t_, in, t_.inter(), s, Op{}, opt_, phase);
+      run(in, t_.inter(), phase);
       const std::size_t local = t_.intra().size();
-      acc.bytes_wire +=
-          in.bytes_sent() + ring_wire_bytes(s.size_bytes() / local, t_.inter().size());
+      acc.bytes_wire += in.bytes_sent() + ring_wire_bytes(bytes / local, t_.inter().size());
       acc.wire_measured = false;
     }
   }
