@@ -108,20 +108,23 @@ class bucket_wire {
                  observe::call_stats& acc) const {
     std::byte* const base = static_cast<std::byte*>(data);
     if constexpr (transport::leveled<Transport>) {
-      acc.bytes_encoded += count * ops.level.elem;
-      run_levels(count, count * ops.level.elem, tr, acc, [&](auto& in, auto& out, auto& phase) {
+      const std::size_t bytes = count * ops.level.elem;
+      acc.bytes_encoded += bytes;
+      run_levels(count, bytes, tr, acc, [&](auto& in, auto& out, auto& phase) {
         Algorithm::run_on_bytes(t_, in, out, base, count, ops, opt_, phase);
       });
-    } else if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
-      acc.bytes_encoded += count * ops.elem;
-      observe::traced_transport<Transport> tt(t_, &tl_, tr);
-      host_allreduce_bytes<Algorithm>(tt, base, count, ops, opt_);
-      acc.bytes_wire += tt.bytes_sent();
-    } else {  // not generic on Transport, so not traced: the bytes are the ring's model
-      acc.bytes_encoded += count * ops.elem;
-      host_allreduce_bytes<Algorithm>(t_, base, count, ops, opt_);
-      acc.bytes_wire += ring_wire_bytes(count * ops.elem, t_.size());
-      acc.wire_measured = false;
+    } else {
+      const std::size_t bytes = count * ops.elem;
+      acc.bytes_encoded += bytes;
+      if constexpr (observe::traces_steps_v<Algorithm, Transport>) {
+        observe::traced_transport<Transport> tt(t_, &tl_, tr);
+        host_allreduce_bytes<Algorithm>(tt, base, count, ops, opt_);
+        acc.bytes_wire += tt.bytes_sent();
+      } else {  // not generic on Transport, so not traced: the bytes are the ring's model
+        host_allreduce_bytes<Algorithm>(t_, base, count, ops, opt_);
+        acc.bytes_wire += ring_wire_bytes(bytes, t_.size());
+        acc.wire_measured = false;
+      }
     }
   }
 
