@@ -186,8 +186,6 @@ struct hierarchical {
     const gradsync::detail::level_frame<Intra, Inter, In, Out> f(
         t, in, out, opt, {"allreduce", name, dtype_of<T>::value, Op::id, data.size(), {}},
         "allreduce inside the node", "allreduce across nodes");
-    // The header names InterAlgo too: a different InterAlgo on some nodes must be caught
-    // (their messages would not match).
     const bool finite = kernels::can_be_non_finite_v<T> && opt.check_finite;
     f.run([&] {
       run_checked(
@@ -242,6 +240,8 @@ struct hierarchical {
                           const void* data, std::size_t bytes, bool finite,
                           gradsync::detail::function_ref<void()> scan,
                           gradsync::detail::function_ref<void()> schedule) {
+    // The header names InterAlgo too: a different InterAlgo on some nodes must be caught
+    // (their messages would not match).
     f.agree(header_name(), finite ? call_header::finite_checked : 0);
     if (finite) scan();
     f.mark_checked();
