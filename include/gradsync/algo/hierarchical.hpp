@@ -117,21 +117,24 @@ struct hierarchical {
     }
   }
 
+  /// What InterAlgo reduces T with Op by across Out: its erased op, or over levels the
+  /// inner hierarchical's ops_v.
+  template <class Out, class T, class Op>
+  static constexpr auto inter_ops() {
+    if constexpr (transport::leveled<Out>) {
+      return InterAlgo::template ops_v<typename Out::intra_type, typename Out::inter_type, T, Op>;
+    } else {
+      return detail::erased_op_v<Out, T, Op>;
+    }
+  }
+
   /// ops_v's value (the inter-node part reduces with level_op_t<Op> throughout).
   template <class In, class Out, class T, class Op>
   static constexpr auto make_ops() {
     using level_op = level_op_t<Op>;
-    if constexpr (transport::leveled<Out>) {
-      constexpr auto inner = InterAlgo::template ops_v<typename Out::intra_type,
-                                                       typename Out::inter_type, T, level_op>;
-      return detail::level_ops<op_on<In>, std::remove_cv_t<decltype(inner)>>{
-          detail::erased_op_v<In, T, level_op>, detail::erased_op_v<In, T, Op>, inner};
-    } else {
-      using out_ops = std::remove_cvref_t<decltype(detail::erased_op_v<Out, T, level_op>)>;
-      return detail::level_ops<op_on<In>, out_ops>{detail::erased_op_v<In, T, level_op>,
-                                                   detail::erased_op_v<In, T, Op>,
-                                                   detail::erased_op_v<Out, T, level_op>};
-    }
+    return detail::level_ops<op_on<In>, decltype(inter_ops<Out, T, level_op>())>{
+        detail::erased_op_v<In, T, level_op>, detail::erased_op_v<In, T, Op>,
+        inter_ops<Out, T, level_op>()};
   }
 
   /// The erased ops of element type T and op Op over In and Out (bytes_over<In, Out>), a
